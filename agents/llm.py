@@ -1,0 +1,64 @@
+"""``LLMAgent``: an agent driven by any backend."""
+
+from __future__ import annotations
+
+from agents.base import Usage
+from agents.prompt import render_prompt
+from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema, parse_action
+from sotopia_env.backends.base import Backend, GenerationSettings
+from sotopia_env.observation import Observation
+
+
+class LLMAgent:
+    """Prompts ``backend`` with ``render_prompt`` and parses the action JSON it returns.
+
+    The request carries the action schema, so backends that can constrain
+    decoding do. Malformed output is retried ``max_retries`` times; after that
+    the agent takes a ``none`` action carrying the error, which the env counts as
+    an agent error (never as stale talk).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        settings: GenerationSettings | None = None,
+        max_retries: int = 2,
+        constrained: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.settings = settings or GenerationSettings()
+        self.max_retries = max_retries
+        self.constrained = constrained
+        self.usage = Usage()
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    def reset(self) -> None:
+        self.usage = Usage()
+
+    async def act(self, observation: Observation) -> AgentAction:
+        obs = Observation.from_env(observation)
+        if not obs.my_turn:
+            return AgentAction(action_type=ActionType.none)
+        schema = action_json_schema(obs.available_actions) if self.constrained else None
+        request = self.settings.request(render_prompt(obs), schema)
+        problems = []
+        for _ in range(1 + self.max_retries):
+            (completion,) = await self.backend.generate([request])
+            self.usage.record(completion)
+            if completion.error is not None:
+                problems.append(f"backend error: {completion.error}")
+                continue
+            try:
+                action = parse_action(completion.text)
+            except InvalidAction as exc:
+                problems.append(str(exc))
+                continue
+            if action.action_type.value not in obs.available_actions:
+                problems.append(f"action_type {action.action_type.value!r} is not available")
+                continue
+            return action
+        self.usage.errors += 1
+        return AgentAction.failed(f"{self.model}: no valid action after {len(problems)} attempts: {problems[-1]}")

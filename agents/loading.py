@@ -1,0 +1,64 @@
+"""Build an agent from a spec: a model, an alias, ``human`` or ``module:Class``."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+from agents.base import Agent
+from sotopia_env.backends.base import GenerationSettings
+
+_CUSTOM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class AgentSpecError(ValueError):
+    """An agent spec that cannot be built; the message names the spec."""
+
+
+def is_custom_spec(spec: str) -> bool:
+    return bool(_CUSTOM.match(spec)) and not spec.startswith("local:")
+
+
+def load_custom_agent(spec: str, **kwargs: Any) -> Agent:
+    """Import ``module:Class`` and instantiate it with ``kwargs``."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise AgentSpecError(f"agent spec {spec!r}: module {exc.name!r} not found") from None
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise AgentSpecError(f"agent spec {spec!r}: importing {module_name} failed: {reason}") from None
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise AgentSpecError(f"agent spec {spec!r}: module {module_name} has no attribute {attr!r}")
+    try:
+        agent = cls(**kwargs)
+    except TypeError as exc:
+        raise AgentSpecError(f"agent spec {spec!r}: cannot construct {attr}: {exc}") from None
+    if not callable(getattr(agent, "act", None)):
+        raise AgentSpecError(f"agent spec {spec!r}: {attr} has no act(observation) method")
+    return agent
+
+
+def load_agent(
+    spec: str,
+    settings: GenerationSettings | None = None,
+    api_base: str | None = None,
+    api_key: str | None = None,
+    constrained: bool = True,
+    **backend_options: Any,
+) -> Agent:
+    """An agent for ``spec``; model specs become an ``LLMAgent`` on a shared backend."""
+    if spec == "human":
+        from agents.human import HumanAgent
+
+        return HumanAgent()
+    if is_custom_spec(spec):
+        return load_custom_agent(spec)
+    from agents.llm import LLMAgent
+    from sotopia_env.backends.resolve import resolve_backend
+
+    backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)
+    return LLMAgent(backend, settings=settings, constrained=constrained)

@@ -1,0 +1,38 @@
+"""The one function that turns an observation into chat messages.
+
+``LLMAgent`` prompts with it, and the training data builder builds every
+example with it, so a model is trained on exactly what it sees at inference.
+"""
+
+from __future__ import annotations
+
+from sotopia_env.observation import Observation
+
+SYSTEM_TEMPLATE = """You are playing {name} in a social simulation. Stay in character and pursue your goal, \
+as a real person would: naturally, briefly, and without revealing your goal or secrets unless it helps you.
+
+{background}"""
+
+ACTION_HELP = {
+    "none": "do nothing",
+    "speak": "say something (argument: the words)",
+    "non-verbal communication": "a gesture or expression (argument: what you do, e.g. 'smiles')",
+    "action": "a physical action (argument: what you do)",
+    "leave": "leave the conversation (when your goal is reached or hopeless)",
+}
+
+
+def render_prompt(observation: Observation) -> list[dict[str, str]]:
+    """System: who you are, the scenario, what you know, your goal. User: the conversation and the ask."""
+    obs = Observation.from_env(observation)
+    history = "\n".join(h.render() for h in obs.history) or "(The conversation has not started yet.)"
+    options = "\n".join(f'- "{a}": {ACTION_HELP.get(a, a)}' for a in obs.available_actions)
+    user = (
+        f"Conversation so far:\n{history}\n\n"
+        f"It is turn #{obs.turn} and your move. Choose one action:\n{options}\n\n"
+        'Reply with one JSON object only: {"action_type": "...", "argument": "..."}'
+    )
+    return [
+        {"role": "system", "content": SYSTEM_TEMPLATE.format(name=obs.agent, background=obs.background)},
+        {"role": "user", "content": user},
+    ]

@@ -1,0 +1,1 @@
+"""Running many episodes, storing them, reporting on them."""

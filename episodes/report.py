@@ -1,0 +1,148 @@
+"""Reports: per model and dimension, the mean with a 95% t-interval and n.
+
+Every seat of a rated episode contributes one value to its model's row.
+Unrated and failed episodes contribute nothing to the means; they are counted
+separately, so a missing rating can never pull a mean toward 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from episodes.log import EpisodeLog
+
+
+@dataclass
+class Cell:
+    mean: float
+    low: float
+    high: float
+    n: int
+
+
+def t_interval(values: list[float], confidence: float = 0.95) -> Cell:
+    """Mean and two-sided t-interval; the interval is NaN-wide with fewer than two values."""
+    n = len(values)
+    if n == 0:
+        return Cell(math.nan, math.nan, math.nan, 0)
+    mean = sum(values) / n
+    if n == 1:
+        return Cell(mean, math.nan, math.nan, 1)
+    from scipy.stats import t
+
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t.ppf((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
+    return Cell(mean, mean - half, mean + half, n)
+
+
+@dataclass
+class ModelRow:
+    model: str
+    episodes: int = 0
+    rated: int = 0
+    unrated: int = 0
+    failed: int = 0
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    tag: str | None
+    dimensions: list[str]
+    rows: list[ModelRow]
+
+    def to_dict(self) -> dict:
+        def clean(x):
+            if isinstance(x, float) and math.isnan(x):
+                return None
+            if isinstance(x, dict):
+                return {k: clean(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [clean(v) for v in x]
+            return x
+
+        return clean({"tag": self.tag, "dimensions": self.dimensions, "rows": [asdict(r) for r in self.rows]})
+
+
+def build_report(logs: Iterable[EpisodeLog], tag: str | None = None, group_by_seat: bool = False) -> Report:
+    """Aggregate episodes. ``group_by_seat`` keys rows by ``model@seat`` instead of model."""
+    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    rows: dict[str, ModelRow] = {}
+    dims: list[str] = []
+    for log in logs:
+        for seat, spec in enumerate(log.agents):
+            key = f"{spec.model}@{seat + 1}" if group_by_seat else spec.model
+            row = rows.setdefault(key, ModelRow(key))
+            row.episodes += 1
+            if log.status == "failed":
+                row.failed += 1
+                continue
+            if log.rating is None or log.rating.ratings is None:
+                row.unrated += 1
+                continue
+            row.rated += 1
+            rating = log.rating.ratings[spec.name]
+            for dim, score in rating.scores.items():
+                if dim not in dims:
+                    dims.append(dim)
+                values[key][dim].append(float(score.score))
+            values[key]["overall"].append(rating.overall)
+    dims = [*dims, "overall"] if dims else []
+    for key, row in rows.items():
+        row.cells = {d: t_interval(values[key][d]) for d in dims if values[key][d]}
+    return Report(tag=tag, dimensions=dims, rows=sorted(rows.values(), key=lambda r: r.model))
+
+
+def _fmt(cell: Cell | None) -> str:
+    if cell is None:
+        return "-"
+    if math.isnan(cell.low):
+        return f"{cell.mean:.2f} (n={cell.n})"
+    return f"{cell.mean:.2f} ±{(cell.high - cell.low) / 2:.2f} (n={cell.n})"
+
+
+def report_table(report: Report, title: str | None = None):
+    """A rich Table: one row per model, one column per dimension."""
+    from rich.table import Table
+
+    table = Table("model", *report.dimensions, "rated", "unrated", "failed", title=title or f"tag: {report.tag}")
+    for row in report.rows:
+        table.add_row(
+            row.model,
+            *(_fmt(row.cells.get(d)) for d in report.dimensions),
+            str(row.rated),
+            str(row.unrated),
+            str(row.failed),
+        )
+    return table
+
+
+def plot_report(report: Report, path: str) -> None:
+    """A PNG bar chart: dimensions on the x axis, one bar per model, 95% intervals as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = report.dimensions
+    width = 0.8 / max(1, len(report.rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(dims)), 4.5))
+    for i, row in enumerate(report.rows):
+        xs = [j + i * width for j in range(len(dims))]
+        means = [row.cells[d].mean if d in row.cells else math.nan for d in dims]
+        errs = [
+            (row.cells[d].high - row.cells[d].low) / 2 if d in row.cells and not math.isnan(row.cells[d].low) else 0
+            for d in dims
+        ]
+        ax.bar(xs, means, width, yerr=errs, capsize=3, label=row.model)
+    ax.set_xticks([j + width * (len(report.rows) - 1) / 2 for j in range(len(dims))])
+    ax.set_xticklabels(dims, rotation=30, ha="right")
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_title(f"SOTOPIA-EVAL by model (tag {report.tag}), 95% t-intervals")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

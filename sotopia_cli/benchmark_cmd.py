@@ -1,0 +1,76 @@
+"""``sotopia-env benchmark``: a model against a partner on a scenario set, in both seats, rated and reported."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from sotopia_cli.common import console, user_errors
+from sotopia_cli.options import ApiBase, Dimensions, ScenariosDir, Store, library, make_evaluator
+
+
+def benchmark(
+    model: str = typer.Option("smollm2-135m", "--model", help="The model under test (plays both seats)."),
+    partner: str = typer.Option("smollm2-135m", "--partner", help="The fixed partner."),
+    evaluator: str = typer.Option("smollm2-135m", "--evaluator", help="The judge's model spec."),
+    scenarios: str = typer.Option("test", "--scenarios", help="all, hard, test, dev, train, a tag, or comma ids."),
+    episodes_per_scenario: int = typer.Option(
+        1, "--episodes-per-scenario", min=1, help="Character pairings per scenario (each in both seats)."
+    ),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
+    max_turns: int = typer.Option(20, "--max-turns", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    dimensions: str = Dimensions,
+    api_base: str = ApiBase,
+    store: str = Store,
+    tag: str = typer.Option(None, "--tag", help="Tag for the episodes (default: benchmark-MODEL-vs-PARTNER)."),
+    rerun_failed: bool = typer.Option(False, "--rerun-failed", help="Rerun failed or unrated episodes of the tag."),
+    scenarios_dir: list[Path] = ScenariosDir,
+    json_out: Path = typer.Option(None, "--json", help="Also write the report as JSON."),
+    png: Path = typer.Option(None, "--png", help="Also draw the report as a PNG chart."),
+) -> None:
+    """Run MODEL against PARTNER on every chosen scenario, in both seats; resumable under its tag."""
+    from episodes.report import build_report, plot_report, report_table
+    from episodes.runner import default_agent_factory, run_batch
+    from sotopia_cli.episodes_cmds import open_store_or_fail
+    from sotopia_env.backends.base import GenerationSettings
+    from sotopia_env.env import EnvConfig
+    from sotopia_env.library import LibraryError
+    from sotopia_env.sampler import NoEligibleCharacters
+
+    lib = library(scenarios_dir)
+    with user_errors(LibraryError, NoEligibleCharacters, ValueError):
+        jobs = benchmark_jobs(lib.select(scenarios), lib, model, partner, episodes_per_scenario, seed)
+        judge = make_evaluator(evaluator, dimensions, api_base)
+    tag = tag or f"benchmark-{model}-vs-{partner}"
+    st = open_store_or_fail(store)
+    factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base)
+    summary = asyncio.run(
+        run_batch(jobs, st, tag, judge, factory, concurrency, EnvConfig(max_turns=max_turns), rerun_failed)
+    )
+    console.print(
+        f"{summary.total} episodes: {summary.skipped} already done, {summary.rated} rated, "
+        f"{summary.unrated} unrated, {summary.failed} failed ({summary.wall_seconds:.1f}s)"
+    )
+    rep = build_report(st.iter(tag), tag=tag)
+    console.print(report_table(rep))
+    if json_out:
+        import json
+
+        json_out.write_text(json.dumps(rep.to_dict(), indent=2))
+    if png:
+        plot_report(rep, str(png))
+
+
+def benchmark_jobs(scenarios, lib, model: str, partner: str, per_scenario: int, seed: int):
+    """Each sampled setup twice: the model in seat 1, then in seat 2."""
+    from episodes.runner import Job
+    from sotopia_env.sampler import sample_setups
+
+    jobs = []
+    for setup in sample_setups(scenarios, lib, per_scenario, seed=seed):
+        jobs.append(Job(setup, [model, partner]))
+        jobs.append(Job(setup, [partner, model]))
+    return jobs

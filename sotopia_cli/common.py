@@ -1,0 +1,28 @@
+"""Shared CLI helpers: the console and turning user errors into one-line messages."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print a one-line error and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors(*types: type[BaseException]) -> Iterator[None]:
+    """Turn the given exception types (ValueError and OSError by default) into a one-line error."""
+    caught: tuple[type[BaseException], ...] = types or (ValueError, OSError)
+    try:
+        yield
+    except caught as exc:
+        raise fail(str(exc)) from None

@@ -1,0 +1,178 @@
+"""``sotopia-env episodes list|show|export|import|evaluate`` and ``sotopia-env report``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import typer
+
+from sotopia_cli.common import console, fail, user_errors
+from sotopia_cli.options import ApiBase, Dimensions, Store
+
+episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
+
+
+def open_store_or_fail(url: str | None):
+    from episodes.store import StoreError, open_store
+
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+
+
+@episodes_app.command("list")
+def list_episodes(
+    tag: str = typer.Option(None, help="Only this tag."),
+    model: str = typer.Option(None, help="Only episodes where this model played a seat."),
+    scenario: str = typer.Option(None, help="Only this scenario id."),
+    status: str = typer.Option(None, help="rated, unrated or failed."),
+    limit: int = typer.Option(50, help="At most this many."),
+    store: str = Store,
+) -> None:
+    """List stored episodes, oldest first."""
+    from rich.table import Table
+
+    st = open_store_or_fail(store)
+    table = Table("id", "tag", "scenario", "models", "end", "status", "goal")
+    logs = st.query(tag=tag, model=model, scenario=scenario, status=status, limit=limit)
+    for log in logs:
+        goals = [log.score(a.name, "goal") for a in log.agents]
+        goal = " / ".join("-" if g is None else f"{g:.0f}" for g in goals)
+        table.add_row(
+            log.id[:12],
+            log.tag,
+            log.scenario_id,
+            " vs ".join(log.models),
+            str(log.termination_reason),
+            log.status,
+            goal,
+        )
+    console.print(table)
+    console.print(f"{len(logs)} shown of {st.count(tag=tag, model=model, scenario=scenario, status=status)}")
+
+
+def _find(st, episode_id: str):
+    try:
+        return st.get(episode_id)
+    except KeyError:
+        matches = [log for log in st.iter() if log.id.startswith(episode_id)]
+        if len(matches) == 1:
+            return matches[0]
+        raise fail(f"no episode with id {episode_id!r} in {st.url}") from None
+
+
+@episodes_app.command("show")
+def show(episode_id: str = typer.Argument(..., help="Episode id (or a unique prefix)."), store: str = Store) -> None:
+    """Show one episode: setup, transcript, ratings."""
+    from sotopia_cli.render import ratings_table
+    from sotopia_env.transcript import render_transcript
+
+    log = _find(open_store_or_fail(store), episode_id)
+    console.rule(f"{log.id}  {log.scenario_id}  [{log.status}]")
+    console.print(log.setup.scenario.scenario, highlight=False)
+    for spec, goal in zip(log.agents, log.setup.scenario.goals, strict=False):
+        console.print(f"[bold]{spec.name}[/] ({spec.model}) goal: {goal}", highlight=False)
+    console.print(render_transcript(log.turns), highlight=False, markup=False)
+    console.print(f"ended: {log.termination_reason}")
+    if log.error:
+        console.print(f"[red]failed:[/] {log.error}", highlight=False)
+    elif log.rating and log.rating.ratings:
+        console.print(ratings_table(log))
+    elif log.rating:
+        console.print(f"[yellow]unrated:[/] {log.rating.error}", highlight=False)
+
+
+@episodes_app.command("export")
+def export(
+    path: Path = typer.Argument(..., help="Output file (.jsonl)."),
+    tag: str = typer.Option(None, help="Only this tag."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl (ours), sotopia (SOTOPIA's layout), hf (dataset dir)."),
+    store: str = Store,
+) -> None:
+    """Export episodes as our JSONL, SOTOPIA's JSONL layout, or a Hugging Face dataset directory."""
+    st = open_store_or_fail(store)
+    logs = list(st.iter(tag))
+    with user_errors(ValueError, OSError):
+        if fmt == "jsonl":
+            from episodes.export import export_jsonl
+
+            export_jsonl(logs, path)
+        elif fmt == "sotopia":
+            from episodes.sotopia_format import write_sotopia_jsonl
+
+            write_sotopia_jsonl(logs, path)
+        elif fmt == "hf":
+            from episodes.export import to_hf_dataset
+
+            to_hf_dataset(logs).save_to_disk(str(path))
+        else:
+            raise ValueError(f"unknown format {fmt!r} (jsonl, sotopia or hf)")
+    console.print(f"exported {len(logs)} episodes to {path}")
+
+
+@episodes_app.command("import")
+def import_(
+    path: Path = typer.Argument(..., help="A JSONL file written by 'episodes export'."),
+    tag: str = typer.Option(None, help="Re-tag the imported episodes."),
+    store: str = Store,
+) -> None:
+    """Import our JSONL. Every line is validated before anything is written."""
+    from episodes.export import import_jsonl
+
+    with user_errors(ValueError, OSError):
+        logs = import_jsonl(path)
+    for log in logs:
+        if tag:
+            log.tag = tag
+    st = open_store_or_fail(store)
+    st.put_many(logs)
+    console.print(f"imported {len(logs)} episodes into {st.url}")
+
+
+@episodes_app.command("evaluate")
+def evaluate(
+    unrated: bool = typer.Option(True, "--unrated/--all", help="Only episodes without ratings (default)."),
+    tag: str = typer.Option(None, help="Only this tag."),
+    evaluator: str = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge."),
+    dimensions: str = Dimensions,
+    api_base: str = ApiBase,
+    concurrency: int = typer.Option(8, help="Ratings in flight at once."),
+    store: str = Store,
+) -> None:
+    """(Re)rate stored episodes; an episode whose rating fails again stays unrated with the new error."""
+    from episodes.rate import rate_stored
+    from sotopia_cli.options import make_evaluator
+
+    st = open_store_or_fail(store)
+    with user_errors(ValueError, OSError):
+        judge = make_evaluator(evaluator, dimensions, api_base)
+    if judge is None:
+        raise fail("--evaluator none cannot rate episodes")
+    counts = asyncio.run(rate_stored(st, judge, tag=tag, only_unrated=unrated, concurrency=concurrency))
+    console.print(f"rated {counts['rated']}, still unrated {counts['unrated']}")
+
+
+def report(
+    tag: str = typer.Option(..., "--tag", help="The tag to report on."),
+    store: str = Store,
+    json_out: Path = typer.Option(None, "--json", help="Also write the report as JSON here."),
+    png: Path = typer.Option(None, "--png", help="Also draw a bar chart with 95% intervals here."),
+    by_seat: bool = typer.Option(False, "--by-seat", help="Separate rows per seat (model@1, model@2)."),
+) -> None:
+    """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0."""
+    from episodes.report import build_report, plot_report, report_table
+
+    st = open_store_or_fail(store)
+    rep = build_report(st.iter(tag), tag=tag, group_by_seat=by_seat)
+    if not rep.rows:
+        raise fail(f"no episodes with tag {tag!r} in {st.url}")
+    console.print(report_table(rep))
+    if json_out:
+        json_out.write_text(json.dumps(rep.to_dict(), indent=2))
+        console.print(f"wrote {json_out}")
+    if png:
+        plot_report(rep, str(png))
+        console.print(f"wrote {png}")

@@ -1,0 +1,40 @@
+"""The ``sotopia-env`` entry point: registers every command group."""
+
+from __future__ import annotations
+
+import typer
+
+from sotopia_cli.benchmark_cmd import benchmark
+from sotopia_cli.episodes_cmds import episodes_app, report
+from sotopia_cli.library_cmds import characters_app, scenarios_app
+from sotopia_cli.run_cmd import run
+from sotopia_cli.view_cmd import view
+
+app = typer.Typer(
+    name="sotopia-env",
+    help="Social simulation for LLM agents: run episodes, rate them, train on them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(scenarios_app, name="scenarios")
+app.add_typer(characters_app, name="characters")
+app.command("run")(run)
+app.command("benchmark")(benchmark)
+app.command("report")(report)
+app.add_typer(episodes_app, name="episodes")
+app.command("view")(view)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"sotopia-env {version('sotopia-env')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Social simulation for LLM agents."""

@@ -1,0 +1,38 @@
+"""Options shared by several commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+ScenariosDir = typer.Option(None, "--scenarios-dir", help="Extra scenario/character YAML files or directories.")
+Store = typer.Option(
+    None,
+    "--store",
+    help="Episode store URL: sqlite:///path.db or redis://host:port/0. "
+    "Default: SQLite in the user data dir ($SOTOPIA_ENV_STORE overrides).",
+)
+ApiBase = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
+Evaluator = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge, or 'none' to skip rating.")
+Dimensions = typer.Option(
+    "sotopia", "--dimensions", help="'sotopia' (all seven), 'goal', or a comma list of SOTOPIA dimension names."
+)
+
+
+def library(extra: list[Path] | None):
+    from sotopia_cli.common import user_errors
+    from sotopia_env.library import LibraryError, load_library
+
+    with user_errors(LibraryError, OSError):
+        return load_library(extra or [])
+
+
+def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None = None):
+    """An LLMEvaluator for ``spec`` on the shared backend, or None for 'none'."""
+    if spec.lower() == "none":
+        return None
+    from sotopia_env.backends.resolve import resolve_backend
+    from sotopia_env.llm_evaluator import LLMEvaluator, dimensions_from_config
+
+    return LLMEvaluator(resolve_backend(spec, api_base=api_base), dimensions=dimensions_from_config(dimensions))

@@ -1,0 +1,78 @@
+"""``sotopia-env run``: one episode, printed as it happens, then rated and stored."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from sotopia_cli.common import console, fail, user_errors
+from sotopia_cli.options import ApiBase, Dimensions, Evaluator, ScenariosDir, Store, library, make_evaluator
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def run(
+    scenario: str = typer.Option(None, "--scenario", help="Scenario id (default: sampled with --seed)."),
+    agent1: str = typer.Option(DEFAULT_MODEL, "--agent1", help="Model spec, alias, 'human' or module:Class."),
+    agent2: str = typer.Option(DEFAULT_MODEL, "--agent2", help="Model spec, alias, 'human' or module:Class."),
+    seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling and generation."),
+    max_turns: int = typer.Option(20, "--max-turns", min=1, help="Truncate after this many turns."),
+    evaluator: str = Evaluator,
+    dimensions: str = Dimensions,
+    api_base: str = ApiBase,
+    store: str = Store,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the episode."),
+    tag: str = typer.Option("run", "--tag", help="Tag the stored episode."),
+    scenarios_dir: list[Path] = ScenariosDir,
+) -> None:
+    """Run one episode and print the transcript as it happens. With no model arguments both agents
+    (and the judge) use the embedded SmolLM2-135M: no API key, no server."""
+    from agents.loading import AgentSpecError, load_agent
+    from episodes.runner import play
+    from sotopia_env.backends.base import GenerationSettings
+    from sotopia_env.env import EnvConfig
+    from sotopia_env.sampler import NoEligibleCharacters, sample_setup
+    from sotopia_env.transcript import render_action
+
+    lib = library(scenarios_dir)
+    with user_errors(ValueError, NoEligibleCharacters):
+        setup = sample_setup(lib, seed=seed, scenario=scenario)
+    console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
+    console.print(setup.scenario.scenario, highlight=False)
+    for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):
+        console.print(f"[bold]{name}[/] goal: {goal}", highlight=False)
+    console.rule()
+    settings = GenerationSettings(seed=seed)
+    with user_errors(AgentSpecError, ValueError, OSError):
+        agents = [load_agent(spec, settings=settings, api_base=api_base) for spec in (agent1, agent2)]
+        judge = make_evaluator(evaluator, dimensions, api_base)
+
+    def show(turn) -> None:
+        line = render_action(turn.agent, turn.action)
+        suffix = f"  [red](agent error: {turn.action.error})[/]" if turn.action.error else ""
+        console.print(f"[dim]#{turn.turn}[/] {line}{suffix}", highlight=False)
+
+    with user_errors(ValueError, OSError):
+        log = asyncio.run(
+            play(setup, agents, judge, EnvConfig(max_turns=max_turns), [agent1, agent2], tag=tag, on_turn=show)
+        )
+    console.rule(f"ended: {log.termination_reason}")
+    if log.rating is None:
+        console.print("not rated (--evaluator none)")
+    elif log.rating.ratings is None:
+        console.print(f"[yellow]unrated:[/] {log.rating.error}", highlight=False)
+    else:
+        from sotopia_cli.render import ratings_table
+
+        console.print(ratings_table(log))
+    if not no_store:
+        from episodes.store import StoreError, open_store
+
+        try:
+            st = open_store(store)
+            st.put(log)
+        except StoreError as exc:
+            raise fail(str(exc)) from None
+        console.print(f"stored episode {log.id} in {st.url} (tag {tag!r})")

@@ -1,0 +1,104 @@
+"""Agent actions: what an agent can do on its turn, and how text becomes one."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ActionType(str, Enum):
+    none = "none"
+    speak = "speak"
+    non_verbal = "non-verbal communication"
+    action = "action"
+    leave = "leave"
+
+
+ACTION_TYPES: tuple[str, ...] = tuple(a.value for a in ActionType)
+
+
+class AgentAction(BaseModel):
+    """One agent's move. ``error`` is set only by an agent that failed to act."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action_type: ActionType
+    argument: str = ""
+    error: str | None = Field(default=None, exclude=True)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"action_type": self.action_type.value, "argument": self.argument}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def failed(cls, error: str) -> AgentAction:
+        """The ``none`` action an agent takes when it could not produce one."""
+        return cls(action_type=ActionType.none, argument="", error=error)
+
+
+def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
+    """The JSON schema an LLM is asked to follow (and constrained to, where possible)."""
+    return {
+        "type": "object",
+        "properties": {
+            "action_type": {"type": "string", "enum": list(allowed or ACTION_TYPES)},
+            "argument": {"type": "string"},
+        },
+        "required": ["action_type", "argument"],
+        "additionalProperties": False,
+    }
+
+
+class InvalidAction(ValueError):
+    """Text or data that is not a valid action; the message says why."""
+
+
+def coerce_action(value: Any) -> AgentAction:
+    """An AgentAction from an AgentAction, a dict (action_type as name or index) or JSON text."""
+    if isinstance(value, AgentAction):
+        return value
+    if isinstance(value, str):
+        return parse_action(value)
+    if isinstance(value, dict):
+        data = dict(value)
+        kind = data.get("action_type")
+        if not isinstance(kind, str | bytes) and kind is not None:
+            try:
+                data["action_type"] = ACTION_TYPES[int(kind)]
+            except (TypeError, ValueError, IndexError):
+                raise InvalidAction(f"action_type index {kind!r} is not in 0..{len(ACTION_TYPES) - 1}") from None
+        try:
+            return AgentAction.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "action"
+            raise InvalidAction(f"invalid action field '{field}': {first['msg']}") from None
+    raise InvalidAction(f"an action must be a dict or JSON text, not {type(value).__name__}")
+
+
+def parse_action(text: str) -> AgentAction:
+    """Parse an action from JSON text; tolerant of code fences and surrounding prose."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.strip("`")
+        body = body.split("\n", 1)[1] if "\n" in body else body
+    start, end = body.find("{"), body.rfind("}")
+    if start < 0 or end <= start:
+        raise InvalidAction(f"no JSON object in {_preview(text)}")
+    try:
+        data = json.loads(body[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise InvalidAction(f"malformed JSON ({exc.msg}) in {_preview(text)}") from None
+    if not isinstance(data, dict):
+        raise InvalidAction(f"JSON is not an object in {_preview(text)}")
+    return coerce_action({k: v for k, v in data.items() if k in ("action_type", "argument")})
+
+
+def _preview(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[:limit] + "…")

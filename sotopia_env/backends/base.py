@@ -1,0 +1,99 @@
+"""The backend interface shared by every LLM backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class ChatRequest:
+    """One chat completion to make. ``json_schema`` asks for (and, where possible, forces) JSON."""
+
+    messages: list[dict[str, str]]
+    json_schema: dict[str, Any] | None = None
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    """A backend's answer. ``error`` is set (and ``text`` empty) when the call failed for good."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class BackendError(RuntimeError):
+    """A backend could not produce a completion (after its retries)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything that turns chat requests into completions, one per request, in order."""
+
+    model: str
+
+    async def generate(self, requests: list[ChatRequest]) -> list[Completion]: ...
+
+
+async def complete(backend: Backend, request: ChatRequest) -> Completion:
+    """One request; raises BackendError when it failed."""
+    (out,) = await backend.generate([request])
+    if out.error is not None:
+        raise BackendError(f"{backend.model}: {out.error}")
+    return out
+
+
+@dataclass
+class GenerationSettings:
+    """Per-agent sampling settings, applied to every request an agent makes."""
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 200
+    seed: int | None = None
+
+    def request(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> ChatRequest:
+        return ChatRequest(
+            messages=messages,
+            json_schema=json_schema,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+        )
+
+
+@dataclass
+class Usage:
+    """What an agent's LLM calls cost."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_seconds: float = 0.0
+    errors: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.llm_seconds += other.llm_seconds
+        self.errors += other.errors
+
+    def record(self, completion: Completion) -> None:
+        self.calls += 1
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.llm_seconds += completion.latency_s

@@ -1,0 +1,406 @@
+"""The local transformers backend: batched generation on this machine, JSON constrained by xgrammar.
+
+Concurrent ``generate`` calls made in one event loop (many agents, many episodes)
+are collected for ``batch_window_s`` and run as one batched ``model.generate``
+(left padding, the tokenizer's chat template) in a worker thread, one batch at a
+time per backend, so the event loop keeps collecting while the model runs.
+
+A batch holds requests with the same sampling settings (greedy, or the same
+temperature and top_p); ``max_new_tokens`` and the JSON schema may differ per
+row. Requests with a ``json_schema`` are constrained by an xgrammar matcher per
+row, so their output is JSON that follows the schema, unless ``max_new_tokens``
+ends it first: that text is returned as is (``meta["finish_reason"] ==
+"length"``) and counted in ``stats.json_truncated``.
+
+Seeding is per batch: when any request in a batch has a ``seed``, torch is seeded
+with the first such seed before the batch runs. Sampled outputs therefore depend
+on which requests share the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+from sotopia_env.backends.base import ChatRequest, Completion
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
+
+MODEL_REF = "sotopia_model.json"  # a trained model: {"base": <spec>, "adapter": <dir>}
+
+
+@dataclass
+class LocalStats:
+    """Counters over the backend's life."""
+
+    generate_calls: int = 0  # model.generate invocations (one per batch)
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    json_truncated: int = 0  # constrained outputs cut by max_new_tokens before the JSON closed
+    failed_batches: int = 0
+
+
+@dataclass
+class _Pending:
+    request: ChatRequest
+    future: asyncio.Future[Completion]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _LoopQueue:
+    pending: list[_Pending] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+class LocalBackend:
+    """A transformers causal LM served to many concurrent callers through one batch."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        name: str,
+        *,
+        max_batch_size: int = 16,
+        batch_window_s: float = 0.01,
+    ) -> None:
+        self.model = name
+        self.lm = model
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        self.max_batch_size = max(1, max_batch_size)
+        self.batch_window_s = batch_window_s
+        self.stats = LocalStats()
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._stop_ids = _stop_token_ids(model, tokenizer)
+        self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self._compiler: xgr.GrammarCompiler | None = None
+        self._grammars: dict[str, xgr.CompiledGrammar] = {}
+        self._lock = threading.Lock()  # one batch at a time, whatever the event loop
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = weakref.WeakKeyDictionary()
+        self._closed = False
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: str,
+        adapter: str | None = None,
+        device: str = "auto",
+        dtype: str | torch.dtype | None = None,
+        max_batch_size: int = 16,
+        batch_window_s: float = 0.01,
+        **_: Any,
+    ) -> LocalBackend:
+        """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from sotopia_env.models import resolve_model_path
+
+        base, adapter = read_model_ref(spec, adapter)
+        dev = pick_device(device)
+        path = resolve_model_path(base)
+        tok_source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
+        tokenizer = AutoTokenizer.from_pretrained(tok_source)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, dev))
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        model.to(dev).eval()
+        name = f"{base}+{adapter}" if adapter else base
+        return cls(model, tokenizer, name, max_batch_size=max_batch_size, batch_window_s=batch_window_s)
+
+    @property
+    def generate_calls(self) -> int:
+        return self.stats.generate_calls
+
+    async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        if not requests:
+            return []
+        loop = asyncio.get_running_loop()
+        queue = self._queues.setdefault(loop, _LoopQueue())
+        items = [_Pending(r, loop.create_future()) for r in requests]
+        queue.pending.extend(items)
+        if queue.task is None or queue.task.done():
+            queue.task = loop.create_task(self._drain(queue))
+        return list(await asyncio.gather(*(item.future for item in items)))
+
+    async def _drain(self, queue: _LoopQueue) -> None:
+        """Run batches while requests keep arriving; each batch waits ``batch_window_s`` for company."""
+        while True:
+            await asyncio.sleep(self.batch_window_s)
+            queue.pending = [p for p in queue.pending if not p.future.done()]  # drop cancelled callers
+            if not queue.pending:
+                return
+            batch = self._take(queue)
+            try:
+                results = await asyncio.to_thread(self._run_batch, [p.request for p in batch])
+            except Exception as exc:  # _run_batch reports its own errors; this is a last resort
+                results = [Completion(text="", error=f"local backend: {_describe(exc)}") for _ in batch]
+            for item, completion in zip(batch, results, strict=True):
+                if not item.future.done():
+                    item.future.set_result(completion)
+
+    def _take(self, queue: _LoopQueue) -> list[_Pending]:
+        """The oldest request and up to ``max_batch_size - 1`` more with the same sampling settings."""
+        key = _sampling_key(queue.pending[0].request)
+        batch: list[_Pending] = []
+        rest: list[_Pending] = []
+        for item in queue.pending:
+            if len(batch) < self.max_batch_size and _sampling_key(item.request) == key:
+                batch.append(item)
+            else:
+                rest.append(item)
+        queue.pending = rest
+        return batch
+
+    def _run_batch(self, requests: list[ChatRequest]) -> list[Completion]:
+        """Blocking: one batch (worker thread). Errors become failed completions, never exceptions."""
+        with self._lock:
+            if self._closed:
+                return [Completion(text="", error="local backend is closed") for _ in requests]
+            results: list[Completion | None] = [None] * len(requests)
+            rows: list[int] = []
+            prompts: list[str] = []
+            grammars: list[xgr.CompiledGrammar | None] = []
+            for i, request in enumerate(requests):
+                try:
+                    if request.max_new_tokens < 1:
+                        raise ValueError("max_new_tokens must be at least 1")
+                    prompt = self._prompt(request.messages)
+                    grammar = self._grammar(request.json_schema) if request.json_schema is not None else None
+                except Exception as exc:
+                    results[i] = Completion(text="", error=f"bad request: {_describe(exc)}")
+                    continue
+                rows.append(i)
+                prompts.append(prompt)
+                grammars.append(grammar)
+            if rows:
+                start = time.perf_counter()
+                try:
+                    done = self._generate_rows([requests[i] for i in rows], prompts, grammars)
+                except Exception as exc:
+                    self.stats.failed_batches += 1
+                    if self.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    error = f"local generation failed: {_describe(exc)}"
+                    done = [Completion(text="", error=error, latency_s=time.perf_counter() - start) for _ in rows]
+                for i, completion in zip(rows, done, strict=True):
+                    results[i] = completion
+            self.stats.requests += len(requests)
+            return [c if c is not None else Completion(text="", error="not generated") for c in results]
+
+    def _generate_rows(
+        self, requests: list[ChatRequest], prompts: list[str], grammars: list[xgr.CompiledGrammar | None]
+    ) -> list[Completion]:
+        start = time.perf_counter()
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        prompt_len = enc["input_ids"].shape[1]
+        limits = [r.max_new_tokens for r in requests]
+        processors = LogitsProcessorList()
+        if any(g is not None for g in grammars):
+            processors.append(_GrammarMask(grammars, limits, self._vocab_size))
+        stopping = StoppingCriteriaList([_RowLimits(limits, prompt_len)]) if len(set(limits)) > 1 else None
+        seed = next((r.seed for r in requests if r.seed is not None), None)
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.stats.generate_calls += 1
+        with torch.inference_mode():
+            out = self.lm.generate(
+                **enc,
+                **self._sampling_kwargs(requests[0]),
+                max_new_tokens=max(limits),
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=sorted(self._stop_ids),
+                logits_processor=processors,
+                stopping_criteria=stopping,
+            )
+        latency = time.perf_counter() - start
+        prompt_counts = enc["attention_mask"].sum(dim=1).tolist()
+        completions = []
+        for row in range(len(requests)):
+            tokens = out[row, prompt_len : prompt_len + limits[row]].tolist()
+            n = next((k for k, t in enumerate(tokens) if t in self._stop_ids), None)
+            finish = "length" if n is None else "stop"
+            text = self.tokenizer.decode(tokens[: len(tokens) if n is None else n], skip_special_tokens=True)
+            if finish == "length" and grammars[row] is not None and not _is_json(text):
+                self.stats.json_truncated += 1
+            count = len(tokens) if n is None else n
+            self.stats.prompt_tokens += int(prompt_counts[row])
+            self.stats.completion_tokens += count
+            meta = {"finish_reason": finish, "batch_size": len(requests), "constrained": grammars[row] is not None}
+            completions.append(
+                Completion(
+                    text=text,
+                    prompt_tokens=int(prompt_counts[row]),
+                    completion_tokens=count,
+                    latency_s=latency,
+                    meta=meta,
+                )
+            )
+        return completions
+
+    def _sampling_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        if request.temperature <= 0:
+            return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        top_k = self.lm.generation_config.top_k or 0  # the model's own default if it has one; else none
+        return {"do_sample": True, "temperature": request.temperature, "top_p": request.top_p, "top_k": top_k}
+
+    def _prompt(self, messages: list[dict[str, str]]) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+
+    def _grammar(self, schema: dict[str, Any]) -> xgr.CompiledGrammar:
+        import xgrammar as xgr
+
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            if self._compiler is None:
+                info = xgr.TokenizerInfo.from_huggingface(
+                    self.tokenizer, vocab_size=self._vocab_size, stop_token_ids=sorted(self._stop_ids)
+                )
+                self._compiler = xgr.GrammarCompiler(info)
+            # One-line JSON with fixed separators: no whitespace loops, fewer tokens.
+            self._grammars[key] = self._compiler.compile_json_schema(key, any_whitespace=False)
+        return self._grammars[key]
+
+    def close(self) -> None:
+        """Free the weights; later requests fail with an error completion."""
+        with self._lock:
+            self._closed = True
+            self.lm = None
+            self._grammars.clear()
+            self._compiler = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def __repr__(self) -> str:
+        return f"LocalBackend({self.model!r}, device={self.device}, max_batch_size={self.max_batch_size})"
+
+
+class _GrammarMask(LogitsProcessor):
+    """Masks each constrained row's logits to what its xgrammar matcher allows; other rows are left alone."""
+
+    def __init__(self, grammars: list[xgr.CompiledGrammar | None], limits: list[int], vocab_size: int) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self.matchers = [xgr.GrammarMatcher(g) if g is not None else None for g in grammars]
+        self.limits = limits
+        self.bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self.vocab_size = vocab_size
+        self.step = 0
+        self.dead: set[int] = set()
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        active = []
+        for i, matcher in enumerate(self.matchers):
+            if matcher is None or i in self.dead or self.step >= self.limits[i]:
+                continue
+            if self.step > 0 and not matcher.is_terminated() and not matcher.accept_token(int(input_ids[i, -1])):
+                self.dead.add(i)  # only happens once the row has stopped (padding follows)
+                continue
+            if not matcher.is_terminated():
+                matcher.fill_next_token_bitmask(self.bitmask, i)
+                active.append(i)
+        self.step += 1
+        if not active:
+            return scores
+        target = scores if scores.device.type in ("cpu", "cuda") else scores.cpu()
+        self._xgr.apply_token_bitmask_inplace(
+            target, self.bitmask.to(target.device), vocab_size=self.vocab_size, indices=active
+        )
+        return target.to(scores.device)
+
+
+class _RowLimits(StoppingCriteria):
+    """Stops each row at its own ``max_new_tokens`` (generate's own limit is the batch's largest)."""
+
+    def __init__(self, limits: list[int], prompt_len: int) -> None:
+        self.limits = torch.tensor(limits)
+        self.prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        generated = input_ids.shape[1] - self.prompt_len
+        return (self.limits <= generated).to(input_ids.device)
+
+
+def read_model_ref(spec: str, adapter: str | None = None) -> tuple[str, str | None]:
+    """``(base spec, adapter dir)``: a dir with ``sotopia_model.json`` names both (the adapter relative to it)."""
+    ref = Path(spec).expanduser() / MODEL_REF
+    if not ref.is_file():
+        return spec, adapter
+    data = json.loads(ref.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("base"), str):
+        raise ValueError(f"{ref}: expected {{'base': <model spec>, 'adapter': <dir>}}")
+    found = data.get("adapter")
+    if found and adapter:
+        raise ValueError(f"{ref} already names an adapter; do not pass adapter= as well")
+    if found:
+        path = Path(found).expanduser()
+        adapter = str(path if path.is_absolute() else (ref.parent / path).resolve())
+    return data["base"], adapter
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """bf16 on CUDA, float32 elsewhere, unless asked otherwise (``"bfloat16"``, ``torch.float16``, ...)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    value = getattr(torch, dtype.removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return value
+
+
+def _stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    stop = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        stop.add(int(tokenizer.eos_token_id))
+    return stop
+
+
+def _sampling_key(request: ChatRequest) -> tuple[float, float]:
+    return (0.0, 1.0) if request.temperature <= 0 else (request.temperature, request.top_p)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _describe(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__

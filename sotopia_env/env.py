@@ -1,0 +1,242 @@
+"""``SocialEnv``: a PettingZoo ``ParallelEnv`` in which characters pursue private goals.
+
+Agents are keyed by character name. Each step takes one action per live agent
+(``{"action_type": name or index, "argument": str}``, an ``AgentAction`` or its
+JSON text); actions of agents whose turn it is not are ignored.
+
+Returns of ``step``, all dicts keyed by agent name:
+
+- observations: members of ``observation_space(agent)``; see ``Observation``.
+- rewards: 0.0 until the last step. On the last step, the evaluator's score on
+  ``config.reward_dimension`` (``goal`` by default), or NaN when the episode
+  could not be rated or no evaluator is set: never a silent 0.
+- terminations: True for everyone when the episode ended on its own: all but
+  one agent left (``everyone_left``), ``stale_turns`` consecutive turns of
+  ``none`` (``stale``), or an agent failed to act ``max_agent_errors`` times
+  (``agent_error``: an error, not stale talk).
+- truncations: True for everyone when ``max_turns`` is reached (``max_turns``).
+- infos: ``acting`` (whether it was the agent's turn), ``agent_errors`` (the
+  agent's count), ``last_error``; on the last step also ``termination_reason``
+  and ``evaluation`` (the agent's scores with reasoning, or ``{"error": ...}``).
+
+The env is synchronous and pure: same setup, seed and actions, same episode.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pettingzoo import ParallelEnv
+
+from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, InvalidAction, coerce_action
+from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator
+from sotopia_env.library import Library, load_library
+from sotopia_env.observation import background_for, build_observation, labels_for
+from sotopia_env.sampler import EpisodeSetup, sample_setup
+from sotopia_env.spaces import action_space, observation_space
+from sotopia_env.transcript import Turn
+
+ActionOrder = Literal["round-robin", "simultaneous", "random"]
+TERMINATION_REASONS = ("everyone_left", "stale", "agent_error", "max_turns")
+_NONE_ONLY = [ActionType.none.value]
+
+
+@dataclass
+class EnvConfig:
+    max_turns: int = 20
+    action_order: ActionOrder = "round-robin"
+    stale_turns: int = 4
+    max_agent_errors: int = 1
+    reward_dimension: str = "goal"
+
+    def __post_init__(self) -> None:
+        if self.action_order not in ("round-robin", "simultaneous", "random"):
+            raise ValueError(f"action_order must be round-robin, simultaneous or random, not {self.action_order!r}")
+        if self.max_turns < 1 or self.stale_turns < 1 or self.max_agent_errors < 1:
+            raise ValueError("max_turns, stale_turns and max_agent_errors must be at least 1")
+
+
+class SocialEnv(ParallelEnv):
+    metadata = {"name": "sotopia_social_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
+
+    def __init__(
+        self,
+        setup: EpisodeSetup | None = None,
+        evaluator: Evaluator | None = None,
+        config: EnvConfig | None = None,
+        library: Library | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        """``setup`` fixes scenario and characters; without it each ``reset`` samples one from ``library``."""
+        self.config = config or EnvConfig()
+        self.evaluator = evaluator
+        self.render_mode = render_mode
+        self._fixed_setup = setup
+        self._library = library
+        if setup is not None:
+            setup.check()
+        self.setup = setup or sample_setup(self._get_library(), seed=0)
+        self.possible_agents = self.setup.agent_names
+        self.agents: list[str] = []
+        self.turns: list[Turn] = []
+        self.termination_reason: str | None = None
+        self.rating: EpisodeRating | None = None
+
+    # -- spaces -------------------------------------------------------------
+    @functools.cache  # noqa: B019 - one space object per agent, as PettingZoo requires
+    def observation_space(self, agent: str):  # type: ignore[override]
+        return observation_space(self.config.max_turns)
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent: str):  # type: ignore[override]
+        return action_space()
+
+    # -- episode ------------------------------------------------------------
+    def _get_library(self) -> Library:
+        if self._library is None:
+            self._library = load_library()
+        return self._library
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Start an episode. ``options`` may hold ``setup`` (an EpisodeSetup) or ``scenario`` (an id)."""
+        options = options or {}
+        self._rng = random.Random(seed)
+        if isinstance(options.get("setup"), EpisodeSetup):
+            self.setup = options["setup"]
+            self.setup.check()
+        elif self._fixed_setup is None and (seed is not None or "scenario" in options):
+            self.setup = sample_setup(self._get_library(), seed=seed, scenario=options.get("scenario"))
+        elif self._fixed_setup is not None:
+            self.setup = self._fixed_setup
+        self.possible_agents = self.setup.agent_names
+        self.agents = list(self.possible_agents)
+        self._backgrounds = [background_for(self.setup, seat) for seat in range(len(self.agents))]
+        self._labels = [labels_for(self.setup, seat) for seat in range(len(self.agents))]
+        self.turns = []
+        self.turn = 0
+        self.present = list(self.agents)
+        self._next_seat = 0
+        self._stale = 0
+        self.errors = dict.fromkeys(self.agents, 0)
+        self._last_error: dict[str, str | None] = dict.fromkeys(self.agents, None)
+        self.termination_reason = None
+        self.rating = None
+        self._acting = self._choose_acting()
+        infos = {a: {"acting": a in self._acting, "agent_errors": 0, "last_error": None} for a in self.agents}
+        return self._observations(), infos
+
+    def _choose_acting(self) -> list[str]:
+        order = self.config.action_order
+        if order == "simultaneous":
+            return list(self.present)
+        if order == "random":
+            return [self._rng.choice(self.present)]
+        seats = self.possible_agents
+        for offset in range(len(seats)):
+            candidate = seats[(self._next_seat + offset) % len(seats)]
+            if candidate in self.present:
+                self._next_seat = (seats.index(candidate) + 1) % len(seats)
+                return [candidate]
+        return []
+
+    def _observations(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for seat, name in enumerate(self.possible_agents):
+            available = list(ACTION_TYPES) if name in self._acting else _NONE_ONLY
+            out[name] = build_observation(
+                name, self._backgrounds[seat], self._labels[seat], self.turns, self.turn, available
+            )
+        return out
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if not self.agents:
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        all_none = True
+        for name in self._acting:
+            if name not in actions:
+                raise ValueError(f"turn {self.turn}: no action given for acting agent {name!r}")
+            try:
+                action = coerce_action(actions[name])
+            except InvalidAction as exc:
+                action = AgentAction.failed(f"invalid action: {exc}")
+            self._last_error[name] = action.error
+            if action.error:
+                self.errors[name] += 1
+            self.turns.append(Turn(turn=self.turn, agent=name, action=action))
+            if action.action_type is ActionType.leave:
+                self.present.remove(name)
+            if action.action_type is not ActionType.none or action.error:
+                all_none = False  # a failed action is an agent error, never stale talk
+        self._stale = self._stale + 1 if all_none else 0
+        self.turn += 1
+
+        reason = self._termination_reason()
+        done = reason is not None
+        self._acting = [] if done else self._choose_acting()
+        agents = list(self.agents)
+        rewards = dict.fromkeys(agents, 0.0)
+        infos: dict[str, dict[str, Any]] = {
+            a: {"acting": a in self._acting, "agent_errors": self.errors[a], "last_error": self._last_error[a]}
+            for a in agents
+        }
+        if done:
+            self.termination_reason = reason
+            self.rating = self._evaluate(reason)
+            for a in agents:
+                rewards[a] = self.rating.reward(a, self.config.reward_dimension) if self.rating else float("nan")
+                infos[a]["termination_reason"] = reason
+                infos[a]["evaluation"] = self._agent_evaluation(a)
+        truncated = reason == "max_turns"
+        terminations = dict.fromkeys(agents, done and not truncated)
+        truncations = dict.fromkeys(agents, truncated)
+        observations = self._observations()
+        if done:
+            self.agents = []
+        if self.render_mode == "human":
+            print(self.render())
+        return observations, rewards, terminations, truncations, infos
+
+    def _termination_reason(self) -> str | None:
+        if any(n >= self.config.max_agent_errors for n in self.errors.values()):
+            return "agent_error"
+        if len(self.present) < 2:
+            return "everyone_left"
+        if self._stale >= self.config.stale_turns:
+            return "stale"
+        if self.turn >= self.config.max_turns:
+            return "max_turns"
+        return None
+
+    def context(self) -> EpisodeContext:
+        return EpisodeContext(setup=self.setup, turns=self.turns, termination_reason=self.termination_reason or "")
+
+    def _evaluate(self, reason: str) -> EpisodeRating | None:
+        if self.evaluator is None:
+            return None
+        self.termination_reason = reason
+        try:
+            return self.evaluator.evaluate(self.context())
+        except Exception as exc:  # an evaluator bug must not lose the episode
+            return EpisodeRating(evaluator=getattr(self.evaluator, "name", "?"), error=f"{type(exc).__name__}: {exc}")
+
+    def _agent_evaluation(self, agent: str) -> dict[str, Any]:
+        if self.rating is None:
+            return {"error": "no evaluator configured"}
+        if self.rating.ratings is None:
+            return {"error": self.rating.error}
+        rating = self.rating.ratings[agent]
+        return {"overall": rating.overall, **{k: v.model_dump() for k, v in rating.scores.items()}}
+
+    def render(self) -> str:
+        from sotopia_env.transcript import render_transcript
+
+        return render_transcript(self.turns)
+
+    def close(self) -> None:
+        pass
+
+    def state(self) -> dict[str, Any]:
+        return {"turn": self.turn, "turns": [t.model_dump(mode="json") for t in self.turns]}

@@ -1,0 +1,156 @@
+"""SOTOPIA-EVAL with an LLM judge, through any backend.
+
+The judge sees everything (every profile with its secret, every goal, the
+relationship) and the full transcript, and returns, per agent and dimension,
+its reasoning and an integer score, as JSON constrained by a schema where the
+backend can. Scores are range-checked. After ``max_retries`` failed attempts
+the episode is *unrated* with the last error: never a score of 0.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sotopia_env.backends.base import Backend, GenerationSettings, Usage
+from sotopia_env.evaluation import (
+    SOTOPIA_DIMENSIONS,
+    AgentRating,
+    Dimension,
+    EpisodeContext,
+    EpisodeRating,
+    SyncFromAsync,
+    validate_scores,
+)
+from sotopia_env.observation import omniscient_background
+from sotopia_env.transcript import render_transcript
+
+INSTRUCTIONS = """You are an impartial judge of a social interaction. You know everything about the \
+participants, including their secrets and private goals. Rate each participant on every dimension below, \
+giving a short reasoning first, then an integer score within the dimension's range."""
+
+
+def rating_schema(seats: int, dimensions: tuple[Dimension, ...], max_reasoning: int = 400) -> dict[str, Any]:
+    """``{"agent_1": {dim: {"reasoning": str, "score": int}}, ...}`` with ranges as bounds."""
+
+    def dim_schema(d: Dimension) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "reasoning": {"type": "string", "maxLength": max_reasoning},
+                "score": {"type": "integer", "minimum": d.low, "maximum": d.high},
+            },
+            "required": ["reasoning", "score"],
+            "additionalProperties": False,
+        }
+
+    agent = {
+        "type": "object",
+        "properties": {d.name: dim_schema(d) for d in dimensions},
+        "required": [d.name for d in dimensions],
+        "additionalProperties": False,
+    }
+    keys = [f"agent_{i + 1}" for i in range(seats)]
+    return {
+        "type": "object",
+        "properties": dict.fromkeys(keys, agent),
+        "required": keys,
+        "additionalProperties": False,
+    }
+
+
+def evaluation_prompt(context: EpisodeContext, dimensions: tuple[Dimension, ...]) -> list[dict[str, str]]:
+    names = context.setup.agent_names
+    dims = "\n".join(f"- {d.name} ({d.low} to {d.high}): {d.description}" for d in dimensions)
+    who = ", ".join(f"agent_{i + 1} = {n}" for i, n in enumerate(names))
+    user = (
+        f"{omniscient_background(context.setup)}\n\n"
+        f"Transcript:\n{render_transcript(context.turns) or '(no turns)'}\n"
+        f"The episode ended because: {context.termination_reason}.\n\n"
+        f"Dimensions:\n{dims}\n\n"
+        f"Participants: {who}.\n"
+        'Answer with JSON only: {"agent_1": {"<dimension>": {"reasoning": "...", "score": <int>}, ...}, ...}'
+    )
+    return [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": user}]
+
+
+def parse_ratings(text: str, names: list[str], dimensions: tuple[Dimension, ...]) -> dict[str, AgentRating]:
+    """Validate the judge's JSON; raise ValueError naming the first problem."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        raise ValueError("the judge's reply holds no JSON object")
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the judge's reply is malformed JSON: {exc.msg}") from None
+    out = {}
+    for i, name in enumerate(names):
+        raw = data.get(f"agent_{i + 1}", data.get(name))
+        if not isinstance(raw, dict):
+            raise ValueError(f"no ratings for agent_{i + 1} ({name})")
+        out[name] = validate_scores(raw, dimensions, name)
+    return out
+
+
+class LLMEvaluator(SyncFromAsync):
+    def __init__(
+        self,
+        backend: Backend,
+        dimensions: tuple[Dimension, ...] = SOTOPIA_DIMENSIONS,
+        max_retries: int = 2,
+        settings: GenerationSettings | None = None,
+        constrained: bool = True,
+    ) -> None:
+        if not dimensions:
+            raise ValueError("an evaluator needs at least one dimension")
+        self.backend = backend
+        self.dimensions = tuple(dimensions)
+        self.max_retries = max_retries
+        self.settings = settings or GenerationSettings(temperature=0.0, max_new_tokens=160 * len(self.dimensions) * 2)
+        self.constrained = constrained
+        self.usage = Usage()
+
+    @property
+    def name(self) -> str:
+        return f"llm:{self.backend.model}"
+
+    async def aevaluate(self, context: EpisodeContext) -> EpisodeRating:
+        names = context.setup.agent_names
+        schema = rating_schema(len(names), self.dimensions) if self.constrained else None
+        request = self.settings.request(evaluation_prompt(context, self.dimensions), schema)
+        problems: list[str] = []
+        usage = Usage()
+        for attempt in range(1, self.max_retries + 2):
+            (completion,) = await self.backend.generate([request])
+            usage.record(completion)
+            self.usage.record(completion)
+            if completion.error is not None:
+                problems.append(f"backend error: {completion.error}")
+                continue
+            try:
+                ratings = parse_ratings(completion.text, names, self.dimensions)
+            except ValueError as exc:
+                problems.append(str(exc))
+                continue
+            return EpisodeRating(evaluator=self.name, ratings=ratings, attempts=attempt, usage=vars(usage))
+        self.usage.errors += 1
+        return EpisodeRating(
+            evaluator=self.name,
+            error=f"no valid rating after {len(problems)} attempts: {problems[-1]}",
+            attempts=len(problems),
+            usage=vars(usage),
+        )
+
+
+def dimensions_from_config(spec: str | list[dict[str, Any]] | None) -> tuple[Dimension, ...]:
+    """``sotopia`` (all seven), ``goal`` (goal only), a comma list of SOTOPIA names, or custom dicts."""
+    if spec is None or spec == "sotopia":
+        return SOTOPIA_DIMENSIONS
+    if isinstance(spec, str):
+        known = {d.name: d for d in SOTOPIA_DIMENSIONS}
+        names = [n.strip() for n in spec.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown dimension {unknown[0]!r} (known: {', '.join(known)})")
+        return tuple(known[n] for n in names)
+    return tuple(Dimension.model_validate(d) for d in spec)

@@ -1,0 +1,94 @@
+"""Pairing characters with scenarios, honouring relationship and constraints."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from itertools import permutations
+
+from pydantic import BaseModel
+
+from sotopia_env.library import Library
+from sotopia_env.profiles import Character, Relationship, RelationshipProfile, Scenario
+
+
+class EpisodeSetup(BaseModel):
+    """Everything an episode starts from: a scenario and one character per seat."""
+
+    scenario: Scenario
+    characters: list[Character]
+    relationship: RelationshipProfile | None = None
+
+    @property
+    def agent_names(self) -> list[str]:
+        return [c.name for c in self.characters]
+
+    @property
+    def combo_key(self) -> str:
+        """Identifies the (scenario, characters) combination, e.g. for resuming a batch."""
+        return "|".join([self.scenario.id, *(c.id for c in self.characters)])
+
+    def check(self) -> None:
+        """Raise ValueError if the setup breaks the scenario's seat count, constraints or names."""
+        s = self.scenario
+        if len(self.characters) != s.num_agents:
+            raise ValueError(f"scenario {s.id!r} needs {s.num_agents} characters, got {len(self.characters)}")
+        if len({c.name for c in self.characters}) != len(self.characters):
+            raise ValueError(f"scenario {s.id!r}: characters must have distinct names")
+        for seat, (c, con) in enumerate(zip(self.characters, s.constraints or [], strict=False)):
+            if not con.admits(c):
+                raise ValueError(f"scenario {s.id!r}: character {c.id!r} does not fit seat {seat}'s constraints")
+
+
+class NoEligibleCharacters(ValueError):
+    pass
+
+
+def eligible_setups(scenario: Scenario, library: Library) -> list[EpisodeSetup]:
+    """Every (ordered) character assignment that fits the scenario, in a stable order."""
+    chars = sorted(library.characters.values(), key=lambda c: c.id)
+    cons = scenario.constraints
+    out: list[EpisodeSetup] = []
+
+    def fits(seats: Sequence[Character]) -> bool:
+        return all(con.admits(c) for c, con in zip(seats, cons or [], strict=False))
+
+    if scenario.relationship == Relationship.stranger:
+        for seats in permutations(chars, scenario.num_agents):
+            if fits(seats) and (len(seats) != 2 or library.relationship_between(seats[0].id, seats[1].id) is None):
+                out.append(EpisodeSetup(scenario=scenario, characters=list(seats)))
+        return out
+    if scenario.num_agents != 2:
+        raise NoEligibleCharacters(f"scenario {scenario.id!r}: relationships are defined for two agents only")
+    for rel in library.relationships:
+        if rel.relationship != scenario.relationship:
+            continue
+        a, b = (library.characters[i] for i in rel.characters)
+        for seats in ((a, b), (b, a)):
+            if fits(seats):
+                out.append(EpisodeSetup(scenario=scenario, characters=list(seats), relationship=rel))
+    return out
+
+
+def sample_setups(
+    scenarios: Sequence[Scenario], library: Library, per_scenario: int = 1, seed: int = 0
+) -> list[EpisodeSetup]:
+    """``per_scenario`` distinct setups for each scenario (fewer if fewer exist). Same seed, same result."""
+    rng = random.Random(seed)
+    out = []
+    for scenario in scenarios:
+        options = eligible_setups(scenario, library)
+        if not options:
+            raise NoEligibleCharacters(f"scenario {scenario.id!r}: no characters fit its relationship and constraints")
+        out.extend(rng.sample(options, min(per_scenario, len(options))))
+    return out
+
+
+def sample_setup(library: Library, seed: int | None = None, scenario: Scenario | str | None = None) -> EpisodeSetup:
+    """One setup; a random scenario unless one is given."""
+    rng = random.Random(seed)
+    if isinstance(scenario, str):
+        scenario = library.select([scenario])[0]
+    if scenario is None:
+        scenario = rng.choice(sorted(library.scenarios.values(), key=lambda s: s.id))
+    return sample_setups([scenario], library, 1, seed=rng.randrange(2**31))[0]

@@ -1,0 +1,109 @@
+import asyncio
+import io
+import json
+
+import pytest
+
+from agents.human import HumanAgent
+from agents.llm import LLMAgent
+from agents.loading import AgentSpecError, is_custom_spec, load_agent
+from agents.prompt import render_prompt
+from agents.scripted import ReplayAgent, ScriptedAgent
+from episodes.runner import play
+from sotopia_env.actions import ActionType
+from sotopia_env.backends.scripted import ScriptedBackend
+from sotopia_env.env import SocialEnv
+from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.observation import Observation
+
+
+def first_observation(setup, seat=0):
+    env = SocialEnv(setup=setup)
+    obs, _ = env.reset()
+    return Observation.from_env(obs[setup.agent_names[seat]])
+
+
+def say(text):
+    return json.dumps({"action_type": "speak", "argument": text})
+
+
+def test_llm_agent_parses_and_retries(two_friends):
+    backend = ScriptedBackend(["I think I'll say hi", '{"action_type": "dance", "argument": ""}', say("Hi!")])
+    agent = LLMAgent(backend, max_retries=2)
+    action = asyncio.run(agent.act(first_observation(two_friends)))
+    assert action.action_type is ActionType.speak and action.argument == "Hi!"
+    assert agent.usage.calls == 3 and agent.usage.errors == 0
+    request = backend.requests[0]
+    assert request.json_schema["properties"]["action_type"]["enum"][1] == "speak"
+    assert request.messages == render_prompt(first_observation(two_friends))
+
+
+def test_llm_agent_gives_up_with_an_error_not_silence(two_friends):
+    agent = LLMAgent(ScriptedBackend(["nope"], cycle=True), max_retries=1)
+    action = asyncio.run(agent.act(first_observation(two_friends)))
+    assert action.action_type is ActionType.none and "no valid action after 2 attempts" in action.error
+    log = asyncio.run(play(two_friends, [agent, ScriptedAgent(["hi"])], RuleBasedEvaluator()))
+    assert log.termination_reason == "agent_error"
+
+
+def test_llm_agent_waits_when_not_its_turn(two_friends):
+    backend = ScriptedBackend([])
+    action = asyncio.run(LLMAgent(backend).act(first_observation(two_friends, seat=1)))
+    assert action.action_type is ActionType.none and backend.requests == []
+
+
+def test_prompt_shows_own_goal_and_secret_only(two_friends):
+    system, user = render_prompt(first_observation(two_friends))
+    me, other = two_friends.characters
+    assert two_friends.scenario.goals[0] in system["content"]
+    assert two_friends.scenario.goals[1] not in system["content"] + user["content"]
+    assert me.secret in system["content"] and other.secret not in system["content"]
+    assert '"action_type"' in user["content"]
+
+
+def test_scripted_episode_with_llm_agents_end_to_end(two_friends):
+    a = LLMAgent(ScriptedBackend([say("Hello"), json.dumps({"action_type": "leave", "argument": ""})]))
+    b = LLMAgent(ScriptedBackend([say("Hi back")]))
+    log = asyncio.run(play(two_friends, [a, b], RuleBasedEvaluator(), specs=["m1", "m2"]))
+    assert [t.action.argument for t in log.turns] == ["Hello", "Hi back", ""]
+    assert log.usage[two_friends.agent_names[0]].calls == 2
+    assert [s.model for s in log.agents] == ["m1", "m2"]
+
+
+def test_replay_agent_replays(two_friends):
+    log = asyncio.run(play(two_friends, [ScriptedAgent(["a", "b"]), ScriptedAgent(["c"])]))
+    name = two_friends.agent_names[0]
+    replay = asyncio.run(play(two_friends, [ReplayAgent(log.turns, name), ScriptedAgent(["c"])]))
+    assert [t.action for t in replay.turns] == [t.action for t in log.turns]
+    with pytest.raises(ValueError, match="no turns by"):
+        ReplayAgent(log.turns, "Nobody")
+
+
+def test_custom_agent_specs():
+    assert is_custom_spec("custom_agents:PoliteAgent") and not is_custom_spec("openai/gpt-4o")
+    assert not is_custom_spec("local:some/path")
+    agent = load_agent("custom_agents:PoliteAgent")
+    assert type(agent).__name__ == "PoliteAgent"
+    with pytest.raises(AgentSpecError, match="module 'no_such_module' not found"):
+        load_agent("no_such_module:Agent")
+    with pytest.raises(AgentSpecError, match="has no attribute 'Missing'"):
+        load_agent("custom_agents:Missing")
+    with pytest.raises(AgentSpecError, match="has no act"):
+        load_agent("custom_agents:NoAct")
+
+
+def test_crashing_custom_agent_is_an_agent_error(two_friends):
+    log = asyncio.run(play(two_friends, [load_agent("custom_agents:Crashing"), ScriptedAgent(["x"])]))
+    assert log.termination_reason == "agent_error"
+    assert "ZeroDivisionError" in log.turns[0].action.error
+
+
+def test_human_agent_reads_piped_stdin(two_friends):
+    out = io.StringIO()
+    agent = HumanAgent(stdin=io.StringIO("shout\n1\nHello there\n"), stdout=out)
+    action = asyncio.run(agent.act(first_observation(two_friends)))
+    assert action.action_type is ActionType.speak and action.argument == "Hello there"
+    assert "unknown action 'shout'" in out.getvalue()
+    assert two_friends.scenario.goals[0] in out.getvalue()
+    eof = asyncio.run(HumanAgent(stdin=io.StringIO(""), stdout=io.StringIO()).act(first_observation(two_friends)))
+    assert eof.action_type is ActionType.leave

@@ -1,0 +1,282 @@
+"""LiteLLMBackend against a real OpenAI-compatible server on loopback (litellm itself is not patched)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from loopback_openai import LoopbackOpenAI, Reply
+
+from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.litellm_backend import LiteLLMBackend
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action_type": {"type": "string", "enum": ["none", "speak", "non-verbal communication", "action", "leave"]},
+        "argument": {"type": "string"},
+    },
+    "required": ["action_type", "argument"],
+    "additionalProperties": False,
+}
+ACTION = '{"action_type": "speak", "argument": "hi"}'
+
+Server = Callable[..., LoopbackOpenAI]
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    """Start loopback servers on demand; all are closed after the test."""
+    started: list[LoopbackOpenAI] = []
+
+    def start(responder: Any = None, **kwargs: Any) -> LoopbackOpenAI:
+        srv = LoopbackOpenAI(responder, **kwargs).start()
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.close()
+
+
+def make(srv: LoopbackOpenAI, model: str = "loopback", **options: Any) -> LiteLLMBackend:
+    """A backend on ``srv`` with small timeouts and backoff (``options`` override them)."""
+    return LiteLLMBackend(model, api_base=srv.base_url, **{"timeout_s": 5.0, "backoff_base_s": 0.01, **options})
+
+
+def ask(content: str = "Say something.", schema: dict[str, Any] | None = SCHEMA) -> ChatRequest:
+    return ChatRequest(
+        messages=[{"role": "system", "content": "You are Ann."}, {"role": "user", "content": content}],
+        json_schema=schema,
+        max_new_tokens=32,
+        seed=1,
+    )
+
+
+def run(backend: LiteLLMBackend, requests: list[ChatRequest]) -> list[Completion]:
+    return asyncio.run(backend.generate(requests))
+
+
+def scripted(*replies: Reply | str) -> Callable[[dict[str, Any]], Reply | str]:
+    """A responder that plays ``replies`` in order, repeating the last one."""
+    lock, queue = threading.Lock(), list(replies)
+
+    def respond(body: dict[str, Any]) -> Reply | str:
+        with lock:
+            return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    return respond
+
+
+def test_structured_reply_sends_response_format(server: Server) -> None:
+    srv = server(lambda body: ACTION)
+    backend = make(srv)
+    (out,) = run(backend, [ask()])
+    assert out.ok and json.loads(out.text) == {"action_type": "speak", "argument": "hi"}
+    assert "repaired" not in out.meta
+    (body,) = srv.requests
+    assert body["model"] == "loopback"  # the openai/ prefix is litellm's routing, not sent
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"] == SCHEMA
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert body["max_tokens"] == 32 and body["seed"] == 1
+
+
+def test_schema_goes_in_prompt_without_structured_output(server: Server) -> None:
+    srv = server(lambda body: ACTION)
+    backend = make(srv, structured_output=False)
+    request = ask()
+    (out,) = run(backend, [request])
+    assert out.ok and json.loads(out.text)["action_type"] == "speak"
+    (body,) = srv.requests
+    assert "response_format" not in body
+    assert json.dumps(SCHEMA) in body["messages"][-1]["content"]
+    assert request.messages[-1]["content"] == "Say something."  # the caller's request is left alone
+
+
+def test_hub_style_model_id_keeps_its_name(server: Server) -> None:
+    srv = server(lambda body: "hello")
+    backend = make(srv, "Qwen/Qwen2.5-0.5B-Instruct")
+    (out,) = run(backend, [ask(schema=None)])
+    assert out.text == "hello" and backend.model == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert srv.requests[0]["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ['{"action_type": "speak", "argument": "hi"', ACTION + " Hope that helps!", "```json\n" + ACTION + "\n```"],
+)
+def test_malformed_json_is_repaired(server: Server, reply: str) -> None:
+    srv = server(lambda body: reply)
+    (out,) = run(make(srv), [ask()])
+    assert out.ok and out.meta["repaired"] is True
+    assert json.loads(out.text) == {"action_type": "speak", "argument": "hi"}
+
+
+@pytest.mark.parametrize("reply", ["I would rather just say hello.", "hello {", ""])
+def test_unrepairable_reply_is_returned_raw(server: Server, reply: str) -> None:
+    srv = server(lambda body: reply)
+    (out,) = run(make(srv), [ask()])
+    assert out.ok and out.text == reply and "repaired" not in out.meta
+
+
+def test_no_repair_without_schema(server: Server) -> None:
+    srv = server(lambda body: '{"a": 1')
+    (out,) = run(make(srv), [ask(schema=None)])
+    assert out.text == '{"a": 1' and "response_format" not in srv.requests[0]
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_transient_error_is_retried(server: Server, status: int) -> None:
+    srv = server(scripted(Reply.fail(status, "slow down"), ACTION))
+    (out,) = run(make(srv), [ask()])
+    assert out.ok and json.loads(out.text)["argument"] == "hi"
+    assert len(srv.requests) == 2 and out.meta["attempts"] == 2
+
+
+def test_timeout_is_retried_then_reported(server: Server) -> None:
+    def respond(body: dict[str, Any]) -> Reply:
+        slow = "slow" in body["messages"][-1]["content"]
+        return Reply(ACTION, delay_s=3.0 if slow else 0.0)
+
+    srv = server(respond)
+    backend = make(srv, timeout_s=0.3, max_retries=2)
+    slow, fast = run(backend, [ask("be slow"), ask("be quick")])
+    assert fast.ok and json.loads(fast.text)["action_type"] == "speak"
+    assert not slow.ok and slow.text == ""
+    assert slow.error is not None and "\n" not in slow.error and "loopback" in slow.error
+    assert "Timeout" in slow.error and "after 3 attempts" in slow.error
+    assert sum("slow" in r["messages"][-1]["content"] for r in srv.requests) == 3
+
+
+def test_retries_are_bounded(server: Server) -> None:
+    srv = server(lambda body: Reply.fail(429, "rate limited"))
+    (out,) = run(make(srv, max_retries=2), [ask()])
+    assert not out.ok and "HTTP 429" in str(out.error) and len(srv.requests) == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_client_errors_fail_at_once(server: Server, status: int) -> None:
+    srv = server(lambda body: Reply.fail(status, "nope"))
+    (out,) = run(make(srv), [ask()])
+    assert not out.ok and out.text == "" and len(srv.requests) == 1
+    assert out.error is not None and "\n" not in out.error
+    assert out.error.startswith("loopback:") and f"HTTP {status}" in out.error
+
+
+def test_concurrency_limit_is_respected(server: Server) -> None:
+    srv = server(lambda body: ACTION, latency_s=0.15)
+    backend = make(srv, "loopback-limited", max_concurrency=2)
+    outs = run(backend, [ask(f"turn {i}") for i in range(6)])
+    assert all(o.ok for o in outs) and len(srv.requests) == 6
+    assert srv.max_in_flight == 2
+
+
+def test_requests_in_one_call_run_concurrently(server: Server) -> None:
+    srv = server(lambda body: ACTION, latency_s=0.2)
+    outs = run(make(srv), [ask(f"turn {i}") for i in range(8)])
+    assert all(o.ok for o in outs) and srv.max_in_flight == 8
+    assert [json.loads(o.text)["argument"] for o in outs] == ["hi"] * 8
+
+
+def test_256_requests_in_flight_at_once(server: Server) -> None:
+    barrier = threading.Barrier(256, timeout=20)  # every request waits until all 256 have arrived
+
+    def respond(body: dict[str, Any]) -> str:
+        barrier.wait()
+        return ACTION
+
+    srv = server(respond)
+    outs = run(make(srv, "loopback-wide", max_concurrency=256), [ask(f"turn {i}") for i in range(256)])
+    assert all(o.ok for o in outs) and srv.max_in_flight == 256
+
+
+def test_token_counts_come_from_usage(server: Server) -> None:
+    srv = server(lambda body: Reply(ACTION, completion_tokens=7))
+    (out,) = run(make(srv), [ask("one two three", schema=None)])
+    assert out.prompt_tokens == 6  # "You are Ann." + "one two three", as the server counts
+    assert out.completion_tokens == 7
+    assert out.latency_s > 0
+
+
+def test_api_key_is_used_but_never_exposed(server: Server) -> None:
+    secret = "sk-loopback-secret-0123456789"
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if "fail" in body["messages"][-1]["content"]:
+            return Reply.fail(401, f"Incorrect API key provided: {secret}")
+        return Reply(ACTION)
+
+    srv = server(respond)
+    backend = make(srv, api_key=secret)
+    good, bad = run(backend, [ask(), ask("fail")])
+    assert all(h.get("authorization") == f"Bearer {secret}" for h in srv.headers)
+    assert good.ok and not bad.ok
+    for shown in (repr(good), repr(bad), json.dumps(good.meta), json.dumps(bad.meta), repr(backend), str(bad.error)):
+        assert secret not in shown
+
+
+def test_dummy_key_without_one(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOTOPIA_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    srv = server(lambda body: ACTION)
+    (out,) = run(make(srv), [ask()])
+    assert out.ok and srv.headers[0]["authorization"] == "Bearer sk-none"
+
+
+def test_backend_survives_several_event_loops(server: Server) -> None:
+    srv = server(lambda body: ACTION)
+    backend = make(srv, "loopback-loops", max_concurrency=1)
+    for _ in range(3):
+        outs = run(backend, [ask(), ask()])
+        assert all(o.ok for o in outs)
+    assert len(srv.requests) == 6 and srv.max_in_flight == 1
+
+
+PROBE = """
+import socket, sys, asyncio
+seen = []
+real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
+def connect(self, address, *a):
+    seen.append(address)
+    return real_connect(self, address, *a)
+def getaddrinfo(host, *a, **k):
+    seen.append((host,))
+    return real_getaddrinfo(host, *a, **k)
+socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
+from sotopia_env.backends import litellm_backend
+assert "litellm" not in sys.modules, "litellm imported eagerly"
+from sotopia_env.backends.base import ChatRequest
+b = litellm_backend.LiteLLMBackend("loopback", api_base=sys.argv[1], timeout_s=5)
+(out,) = asyncio.run(b.generate([ChatRequest(messages=[{"role": "user", "content": "hi"}])]))
+assert out.ok, out.error
+bad = [a for a in seen if not (isinstance(a, tuple) and a[0] in ("127.0.0.1", "localhost"))]
+assert not bad, bad
+print("OK", len(seen))
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_interpreter_probe() -> Iterator[subprocess.Popen[str]]:
+    """Runs PROBE in a fresh interpreter, started first so that its (slow) litellm import overlaps the other tests."""
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    with LoopbackOpenAI(lambda body: ACTION) as srv:
+        cmd = [sys.executable, "-c", PROBE, srv.base_url]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+            yield proc
+            proc.kill()
+
+
+def test_import_is_lazy_and_calls_only_loopback(fresh_interpreter_probe: subprocess.Popen[str]) -> None:
+    """In a fresh interpreter: the module does not import litellm, and using it opens only loopback sockets."""
+    stdout, stderr = fresh_interpreter_probe.communicate(timeout=60)
+    assert fresh_interpreter_probe.returncode == 0, stderr[-2000:]
+    assert stdout.startswith("OK")
+    assert "cost map" not in stderr

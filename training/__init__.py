@@ -1,0 +1,1 @@
+"""Training: datasets from episodes, BC, SR, and rewards for RL."""

@@ -1,0 +1,79 @@
+"""Reward functions for RL fine-tuning, in TRL's ``(prompts, completions, **columns) -> list[float]`` form.
+
+Importing this package loads only numpy/scipy/pydantic/json-repair: no torch,
+no transformers, no model backend (the LLM judge imports its backend lazily).
+"""
+
+from training.rewards.sip_judges import (
+    STAGES,
+    BatchSIPJudge,
+    JudgeError,
+    LLMSIPJudge,
+    RuleBasedSIPJudge,
+    SIPJudge,
+    StageJudgement,
+)
+from training.rewards.social_r1 import (
+    SocialR1Config,
+    SocialR1Score,
+    length_factor,
+    make_social_r1_reward,
+    social_r1_scores,
+)
+from training.rewards.socialiqa import (
+    SocialIQaItem,
+    SocialIQaRewardConfig,
+    SocialIQaRewards,
+    build_prompt,
+    load_socialiqa,
+    make_socialiqa_rewards,
+    socialiqa_answer_reward,
+    socialiqa_format_reward,
+    socialiqa_reward,
+)
+from training.rewards.socialiqa_eval import evaluate_socialiqa, wilson_interval
+from training.rewards.think_format import FormatCheck, FormatConfig, check_format, parse_choice
+from training.rewards.user_sim import (
+    ConditionReport,
+    ItemReport,
+    ResponseRecord,
+    item_selection_reward,
+    parse_item_choice,
+    response_distribution,
+)
+
+__all__ = [
+    "STAGES",
+    "BatchSIPJudge",
+    "ConditionReport",
+    "FormatCheck",
+    "FormatConfig",
+    "ItemReport",
+    "JudgeError",
+    "LLMSIPJudge",
+    "ResponseRecord",
+    "RuleBasedSIPJudge",
+    "SIPJudge",
+    "SocialIQaItem",
+    "SocialIQaRewardConfig",
+    "SocialIQaRewards",
+    "SocialR1Config",
+    "SocialR1Score",
+    "StageJudgement",
+    "build_prompt",
+    "check_format",
+    "evaluate_socialiqa",
+    "item_selection_reward",
+    "length_factor",
+    "load_socialiqa",
+    "make_social_r1_reward",
+    "make_socialiqa_rewards",
+    "parse_choice",
+    "parse_item_choice",
+    "response_distribution",
+    "social_r1_scores",
+    "socialiqa_answer_reward",
+    "socialiqa_format_reward",
+    "socialiqa_reward",
+    "wilson_interval",
+]

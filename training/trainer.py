@@ -1,0 +1,279 @@
+"""Supervised fine-tuning on a prompt-completion dataset: TRL's ``SFTTrainer``, LoRA by default.
+
+``train(dataset, TrainConfig(...))`` reads top to bottom:
+
+1. decide precision and quantization (bf16 on CUDA; 4-bit QLoRA when CUDA and
+   bitsandbytes are there, unless told otherwise);
+2. load the tokenizer and the base model (an alias, hub id or model dir);
+3. wrap it: a new LoRA adapter, or the adapter being continued
+   (``init_adapter``, loaded trainable), or nothing for a full fine-tune;
+4. train with ``SFTTrainer`` (loss on the completion tokens only), resuming
+   from the last checkpoint in ``output_dir/checkpoints`` if there is one;
+5. save a model the rest of the project can play: ``output_dir`` holds
+   ``sotopia_model.json`` (``{"base": ..., "adapter": "adapter"}``) and the
+   adapter, or, for a full fine-tune, the whole transformers model. Either way
+   ``output_dir`` is a model spec (``sotopia-env run --agent1 OUTPUT_DIR``).
+
+The loss of every step is returned (``TrainResult.losses``) and kept in
+``output_dir/train_result.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODEL_REF = "sotopia_model.json"  # the local backend's trained-model reference (sotopia_env.backends.local)
+ADAPTER_DIR = "adapter"
+CHECKPOINTS_DIR = "checkpoints"
+RESULT_FILE = "train_result.json"
+
+
+@dataclass
+class TrainConfig:
+    """How to fine-tune. ``None`` for ``bf16``/``qlora`` means: decide from the hardware."""
+
+    base_model: str = "smollm2-135m"  # alias, hub id or model dir
+    output_dir: str = "outputs/sft"
+    init_adapter: str | None = None  # continue training this LoRA adapter (self-reinforcement)
+    full_finetune: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] | str = "all-linear"
+    learning_rate: float = 1e-4
+    lr_scheduler_type: str = "linear"
+    warmup: float = 0.0  # warmup steps (>= 1) or a ratio of all steps (< 1)
+    num_epochs: float = 2.0
+    max_steps: int = -1  # > 0 overrides num_epochs
+    batch_size: int = 4
+    grad_accum: int = 1
+    max_length: int | None = 2048  # longer examples are cut (keep_start); ones left with no completion are dropped
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    bf16: bool | None = None
+    qlora: bool | None = None
+    save_steps: int = 50
+    save_total_limit: int = 2
+    logging_steps: int = 1
+    progress: bool = True
+    extra_args: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig field
+
+    def __post_init__(self) -> None:
+        if self.full_finetune and (self.qlora or self.init_adapter):
+            raise ValueError("full_finetune cannot be combined with qlora or init_adapter")
+        for name in ("lora_r", "batch_size", "grad_accum", "save_steps", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
+
+
+@dataclass
+class TrainResult:
+    model_dir: str  # a model spec: the local backend loads it
+    losses: list[float]  # training loss of every logged step, in order
+    steps: int
+    examples: int  # after SFTTrainer's preparation (examples cut to nothing are dropped)
+    seconds: float
+    resumed_from: str | None = None
+    qlora: bool = False
+    bf16: bool = False
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def bitsandbytes_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def decide_precision(config: TrainConfig) -> tuple[bool, bool]:
+    """``(bf16, qlora)``: explicit settings win; otherwise bf16 on CUDA, QLoRA on CUDA with bitsandbytes."""
+    cuda = cuda_available()
+    bf16 = config.bf16 if config.bf16 is not None else cuda and _bf16_supported()
+    qlora = config.qlora if config.qlora is not None else cuda and bitsandbytes_available() and not config.full_finetune
+    if qlora and not cuda:
+        raise ValueError("qlora needs a CUDA GPU (bitsandbytes 4-bit)")
+    return bf16, qlora
+
+
+def _bf16_supported() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def load_tokenizer(path: str, adapter: str | None = None):
+    from transformers import AutoTokenizer
+
+    source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path: str, bf16: bool, qlora: bool, gradient_checkpointing: bool):
+    """The base model: bf16 or fp32, or 4-bit NF4 (bf16 compute) prepared for k-bit training."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    if not qlora:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from peft import prepare_model_for_kbit_training
+    from transformers import BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.bfloat16, quantization_config=quantization, device_map={"": torch.cuda.current_device()}
+    )
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    if not checkpoints.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoints))
+
+
+def train(dataset, config: TrainConfig) -> TrainResult:
+    """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
+    from peft import LoraConfig, PeftModel
+    from trl import SFTConfig, SFTTrainer
+
+    from sotopia_env.models import resolve_model_path
+
+    if len(dataset) == 0:
+        raise ValueError("the training dataset is empty (did the filters drop every episode?)")
+    started = time.perf_counter()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = out / CHECKPOINTS_DIR
+
+    # 1-2. precision, tokenizer, base model
+    bf16, qlora = decide_precision(config)
+    base_path = resolve_model_path(config.base_model)
+    tokenizer = load_tokenizer(base_path, config.init_adapter)
+    model = load_model(base_path, bf16, qlora, config.gradient_checkpointing)
+
+    # 3. what to train: a new LoRA, the adapter being continued, or every weight
+    peft_config = None
+    if config.init_adapter:
+        model = PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
+    elif not config.full_finetune:
+        peft_config = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+
+    # 4. train, resuming from the last checkpoint if a previous run left one
+    args = SFTConfig(
+        output_dir=str(checkpoints),
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup,
+        num_train_epochs=config.num_epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=bf16,
+        gradient_checkpointing=config.gradient_checkpointing,
+        logging_steps=config.logging_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        report_to="none",
+        disable_tqdm=not config.progress,
+        **config.extra_args,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset.select_columns(["prompt", "completion"]),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    resume = last_checkpoint(checkpoints)
+    trainer.train(resume_from_checkpoint=resume)
+    losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
+
+    # 5. save something the local backend can load
+    if config.full_finetune:
+        trainer.save_model(str(out))
+        tokenizer.save_pretrained(str(out))
+    else:
+        trainer.model.save_pretrained(str(out / ADAPTER_DIR))
+        tokenizer.save_pretrained(str(out / ADAPTER_DIR))
+        write_model_ref(out, config.base_model, ADAPTER_DIR)
+    result = TrainResult(
+        model_dir=str(out),
+        losses=losses,
+        steps=int(trainer.state.global_step),
+        examples=len(trainer.train_dataset),
+        seconds=round(time.perf_counter() - started, 2),
+        resumed_from=resume,
+        qlora=qlora,
+        bf16=bf16,
+    )
+    result.save(out / RESULT_FILE)
+    del trainer, model
+    release_memory()
+    return result
+
+
+def write_model_ref(directory: Path, base: str, adapter: str) -> None:
+    """``sotopia_model.json``: the base model spec (a path made absolute) and the adapter, relative to it."""
+    base_path = Path(base).expanduser()
+    base_spec = str(base_path.resolve()) if base_path.is_dir() else base
+    (directory / MODEL_REF).write_text(json.dumps({"base": base_spec, "adapter": adapter}, indent=2) + "\n")
+
+
+def read_model_ref(directory: str | Path) -> tuple[str, str | None]:
+    """``(base spec, adapter dir or None)`` of a trained model dir; a plain model dir is its own base."""
+    ref = Path(directory) / MODEL_REF
+    if not ref.is_file():
+        return str(directory), None
+    data = json.loads(ref.read_text())
+    adapter = data.get("adapter")
+    if adapter and not Path(adapter).is_absolute():
+        adapter = str((Path(directory) / adapter).resolve())
+    return data["base"], adapter
+
+
+def release_memory() -> None:
+    """Collect garbage and return cached GPU memory (between training and playing)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
