@@ -43,9 +43,10 @@ class LLMAgent:
         if not obs.my_turn:
             return AgentAction(action_type=ActionType.none)
         schema = action_json_schema(obs.available_actions) if self.constrained else None
-        request = self.settings.request(render_prompt(obs), schema)
+        messages = render_prompt(obs)
         problems = []
-        for _ in range(1 + self.max_retries):
+        for attempt in range(1 + self.max_retries):
+            request = self.settings.request(messages, schema, seed_offset=1000 * obs.turn + attempt)
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)
             if completion.error is not None:

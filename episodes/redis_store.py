@@ -26,11 +26,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
-from pydantic import ValidationError
 
 from episodes.log import STATUSES, EpisodeLog
-from episodes.sqlite_store import check_status, created_timestamp
-from episodes.store import StoreError
+from episodes.store import StoreError, check_status, created_timestamp, load_stored
 
 _BATCH = 200
 
@@ -197,14 +195,7 @@ class RedisStore:
         return out
 
     def _parse(self, episode_id: str, raw: str) -> EpisodeLog:
-        try:
-            return EpisodeLog.model_validate_json(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "(log)"
-            raise StoreError(
-                f"{self.url}: episode {episode_id!r} is corrupt: field '{field}': {first['msg']}"
-            ) from None
+        return load_stored(self.url, episode_id, raw)
 
     def get(self, episode_id: str) -> EpisodeLog:
         with self._guard():

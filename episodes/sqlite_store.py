@@ -15,13 +15,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError
+from episodes.store import StoreError, check_status, created_timestamp, load_stored
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -58,22 +55,6 @@ ON CONFLICT (id) DO UPDATE SET
 """
 
 _PAGE = 256
-
-
-def created_timestamp(created_at: str) -> float:
-    """Seconds since the epoch for an ISO time (naive means UTC); 0.0 when it does not parse."""
-    try:
-        moment = datetime.fromisoformat(created_at)
-    except ValueError:
-        return 0.0
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
-
-
-def check_status(status: str | None) -> None:
-    if status is not None and status not in STATUSES:
-        raise ValueError(f"unknown status {status!r} (expected one of: {', '.join(STATUSES)})")
 
 
 def sqlite_path(url: str) -> Path:
@@ -190,14 +171,7 @@ class SQLiteStore:
     # -- reading ------------------------------------------------------------------------------------
 
     def _load(self, episode_id: str, data: str) -> EpisodeLog:
-        try:
-            return EpisodeLog.model_validate_json(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "(log)"
-            raise StoreError(
-                f"{self.path}: episode {episode_id!r} is corrupt: field '{field}': {first['msg']}"
-            ) from None
+        return load_stored(str(self.path), episode_id, data)
 
     def _select(self, sql: str, params: list[object]) -> list[tuple]:
         with self._guard("read"):

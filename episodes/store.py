@@ -10,13 +10,42 @@ Two implementations share one interface and one test suite:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
 from typing import Protocol
 
-from episodes.log import EpisodeLog
+from pydantic import ValidationError
+
+from episodes.log import STATUSES, EpisodeLog
+
+
+def created_timestamp(created_at: str) -> float:
+    """Seconds since the epoch for an ISO time (naive means UTC); 0.0 when it does not parse."""
+    try:
+        moment = datetime.fromisoformat(created_at)
+    except ValueError:
+        return 0.0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def check_status(status: str | None) -> None:
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown status {status!r} (expected one of: {', '.join(STATUSES)})")
 
 
 class StoreError(RuntimeError):
     """A store that cannot be reached or used; the message names it."""
+
+
+def load_stored(where: str, episode_id: str, data: str | bytes) -> EpisodeLog:
+    """Parse a stored episode; a corrupt one is a StoreError naming the store, the id and the field."""
+    try:
+        return EpisodeLog.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(log)"
+        raise StoreError(f"{where}: episode {episode_id!r} is corrupt: field '{field}': {first['msg']}") from None
 
 
 class EpisodeStore(Protocol):

@@ -87,7 +87,7 @@ def show(episode_id: str = typer.Argument(..., help="Episode id (or a unique pre
 
 @episodes_app.command("export")
 def export(
-    path: Path = typer.Argument(..., help="Output file (.jsonl)."),
+    path: Path = typer.Argument(..., help="Output .jsonl file (jsonl) or directory (sotopia, hf)."),
     tag: str = typer.Option(None, help="Only this tag."),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl (ours), sotopia (SOTOPIA's layout), hf (dataset dir)."),
     store: str = Store,
@@ -101,9 +101,9 @@ def export(
 
             export_jsonl(logs, path)
         elif fmt == "sotopia":
-            from episodes.sotopia_format import write_sotopia_jsonl
+            from episodes.sotopia_format import export_sotopia
 
-            write_sotopia_jsonl(logs, path)
+            export_sotopia(logs, path)
         elif fmt == "hf":
             from episodes.export import to_hf_dataset
 
@@ -115,15 +115,23 @@ def export(
 
 @episodes_app.command("import")
 def import_(
-    path: Path = typer.Argument(..., help="A JSONL file written by 'episodes export'."),
+    path: Path = typer.Argument(..., help="Our JSONL file, or a directory exported in SOTOPIA's layout."),
     tag: str = typer.Option(None, help="Re-tag the imported episodes."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl (ours) or sotopia (SOTOPIA's JSONL layout)."),
     store: str = Store,
 ) -> None:
-    """Import our JSONL. Every line is validated before anything is written."""
-    from episodes.export import import_jsonl
-
+    """Import episodes. Every record is validated before anything is written, so a bad file stores nothing."""
     with user_errors(ValueError, OSError):
-        logs = import_jsonl(path)
+        if fmt == "jsonl":
+            from episodes.export import import_jsonl
+
+            logs = import_jsonl(path)
+        elif fmt == "sotopia":
+            from episodes.sotopia_format import import_sotopia
+
+            logs = import_sotopia(path)
+        else:
+            raise ValueError(f"unknown format {fmt!r} (jsonl or sotopia)")
     for log in logs:
         if tag:
             log.tag = tag

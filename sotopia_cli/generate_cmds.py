@@ -78,14 +78,16 @@ def _progress(what: str) -> Iterator[tuple[OnStart, OnOutcome]]:
         ),
     )
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(f"generating {what}", total=None, **counts)
+        task = bar.add_task(f"generating {what}", total=None, generated=0, duplicate=0, failed=0)
 
         def on_start(total: int) -> None:
             bar.update(task, total=total)
 
         def on_outcome(outcome: Outcome) -> None:
             counts[outcome.status] += 1
-            bar.update(task, advance=1, **counts)
+            bar.update(
+                task, advance=1, generated=counts["generated"], duplicate=counts["duplicate"], failed=counts["failed"]
+            )
 
         yield on_start, on_outcome
 
@@ -97,11 +99,15 @@ def _report(stats: GenerationStats, what: str, out: Path) -> None:
         parts.append(f"skipped as reused seeds {s['reused_seeds']}")
         parts.append(f"repeated seeds dropped {s['repeated_seeds']}")
     parts.append(f"retries {s['retries']}")
-    console.print(f"{what}: " + ", ".join(parts), highlight=False)
+    console.print(f"{what}: " + ", ".join(parts), highlight=False, soft_wrap=True)
     for error in stats.errors[:5]:
-        console.print(f"  [dim]failed: {error}[/]", highlight=False)
+        console.print(f"  [dim]failed: {error}[/]", highlight=False, soft_wrap=True)
     if stats.generated:
-        console.print(f"wrote {stats.generated} file(s) to {out}; use them with --scenarios-dir {out}", highlight=False)
+        console.print(
+            f"wrote {stats.generated} file(s) to {out}; use them with --scenarios-dir {out}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def generate_scenarios_cmd(

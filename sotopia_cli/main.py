@@ -6,8 +6,11 @@ import typer
 
 from sotopia_cli.benchmark_cmd import benchmark
 from sotopia_cli.episodes_cmds import episodes_app, report
+from sotopia_cli.eval_cmds import eval_app
 from sotopia_cli.library_cmds import characters_app, scenarios_app
+from sotopia_cli.models_cmds import models_app
 from sotopia_cli.run_cmd import run
+from sotopia_cli.train_cmds import train_app
 from sotopia_cli.view_cmd import view
 
 app = typer.Typer(
@@ -18,11 +21,14 @@ app = typer.Typer(
 )
 app.add_typer(scenarios_app, name="scenarios")
 app.add_typer(characters_app, name="characters")
+app.add_typer(models_app, name="models")
 app.command("run")(run)
 app.command("benchmark")(benchmark)
 app.command("report")(report)
 app.add_typer(episodes_app, name="episodes")
+app.add_typer(train_app, name="train")
 app.command("view")(view)
+app.add_typer(eval_app, name="eval")
 
 
 def _version(value: bool) -> None:

@@ -6,7 +6,7 @@ import json
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class ActionType(str, Enum):
@@ -27,7 +27,7 @@ class AgentAction(BaseModel):
 
     action_type: ActionType
     argument: str = ""
-    error: str | None = Field(default=None, exclude=True)
+    error: str | None = None  # stored with the episode; never part of the action JSON a model sees
 
     def to_dict(self) -> dict[str, str]:
         return {"action_type": self.action_type.value, "argument": self.argument}
@@ -41,13 +41,19 @@ class AgentAction(BaseModel):
         return cls(action_type=ActionType.none, argument="", error=error)
 
 
+MAX_ARGUMENT_CHARS = 600
+
+
 def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
-    """The JSON schema an LLM is asked to follow (and constrained to, where possible)."""
+    """The JSON schema an LLM is asked to follow (and constrained to, where possible).
+
+    ``argument`` is capped so constrained decoding always closes the JSON.
+    """
     return {
         "type": "object",
         "properties": {
             "action_type": {"type": "string", "enum": list(allowed or ACTION_TYPES)},
-            "argument": {"type": "string"},
+            "argument": {"type": "string", "maxLength": MAX_ARGUMENT_CHARS},
         },
         "required": ["action_type", "argument"],
         "additionalProperties": False,

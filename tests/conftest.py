@@ -12,6 +12,14 @@ SHARED = Path(os.environ.get("SOTOPIA_SHARED", REPO.parent / "shared"))
 
 
 @pytest.fixture(scope="session")
+def embedded_model_path() -> str:
+    """The embedded SmolLM2-135M, pulled into the cache on first use (about a minute, once)."""
+    from sotopia_env.models import resolve_model_path
+
+    return resolve_model_path("smollm2-135m", progress=False)
+
+
+@pytest.fixture(scope="session")
 def library():
     from sotopia_env.library import load_library
 

@@ -1,9 +1,10 @@
 import json
 
 import pytest
-from sotopia_cli.main import app
 from typer.main import get_command
 from typer.testing import CliRunner
+
+from sotopia_cli.main import app
 
 runner = CliRunner()
 
@@ -140,3 +141,43 @@ def test_benchmark_both_seats_and_resume(tmp_path, library):
     assert "4 episodes: 0 already done" in result.output
     result = invoke(*args)
     assert "4 episodes: 4 already done" in result.output
+
+
+def test_import_of_a_broken_file_stores_nothing(tmp_path):
+    store = f"sqlite:///{tmp_path}/eps.db"
+    polite = "custom_agents:PoliteAgent"
+    invoke("run", "--agent1", polite, "--agent2", polite, "--evaluator", "none", "--max-turns", "1", "--store", store)
+    out = tmp_path / "eps.jsonl"
+    invoke("episodes", "export", out, "--store", store)
+    good = out.read_text().strip()
+    broken = tmp_path / "broken.jsonl"
+    bad_status = good.replace('"status":"unrated"', '"status":"great"')
+    broken.write_text(good + "\n" + bad_status + "\n")
+    target = f"sqlite:///{tmp_path}/target.db"
+    result = invoke("episodes", "import", broken, "--store", target)
+    assert result.exit_code == 1 and "broken.jsonl:2" in result.output and "status" in result.output
+    from episodes.store import open_store
+
+    assert open_store(target).count() == 0
+
+
+def test_agent_errors_are_stored_per_turn(tmp_path):
+    store = f"sqlite:///{tmp_path}/eps.db"
+    result = invoke(
+        "run",
+        "--agent1",
+        "custom_agents:Crashing",
+        "--agent2",
+        "custom_agents:PoliteAgent",
+        "--evaluator",
+        "none",
+        "--store",
+        store,
+        "--tag",
+        "err",
+    )
+    assert result.exit_code == 0 and "agent error" in result.output and "ended: agent_error" in result.output
+    from episodes.store import open_store
+
+    (log,) = open_store(store).query(tag="err")
+    assert "ZeroDivisionError" in log.turns[0].action.error

@@ -280,3 +280,26 @@ def test_import_is_lazy_and_calls_only_loopback(fresh_interpreter_probe: subproc
     assert fresh_interpreter_probe.returncode == 0, stderr[-2000:]
     assert stdout.startswith("OK")
     assert "cost map" not in stderr
+
+
+def test_hosted_providers_get_a_schema_without_length_and_range_keywords():
+    from sotopia_env.backends.litellm_backend import without_keywords
+    from sotopia_env.evaluation import GOAL_ONLY
+    from sotopia_env.llm_evaluator import rating_schema
+
+    schema = rating_schema(2, GOAL_ONLY)
+    schema["properties"]["agent_1"]["properties"]["maxLength"] = {"type": "string"}  # a property so named stays
+    stripped = without_keywords(schema, frozenset({"maxLength", "minimum", "maximum"}))
+    goal = stripped["properties"]["agent_1"]["properties"]["goal"]["properties"]
+    assert goal["score"] == {"type": "integer"} and goal["reasoning"] == {"type": "string"}
+    assert "maxLength" in stripped["properties"]["agent_1"]["properties"]
+    assert schema["properties"]["agent_1"]["properties"]["goal"]["properties"]["score"]["maximum"] == 10
+
+
+def test_regex_requests_are_refused_not_ignored():
+    from sotopia_env.backends.base import ChatRequest
+    from sotopia_env.backends.litellm_backend import LiteLLMBackend
+
+    backend = LiteLLMBackend("openai/x", api_base="http://127.0.0.1:9/v1")
+    (out,) = asyncio.run(backend.generate([ChatRequest([{"role": "user", "content": "hi"}], regex="a+")]))
+    assert out.error and "needs the local backend" in out.error

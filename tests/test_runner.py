@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import batch_worker
+
 from agents.scripted import ScriptedAgent
 from episodes.runner import run_batch
 from episodes.store import open_store

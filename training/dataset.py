@@ -40,6 +40,8 @@ _NO_LIMIT = 10**9
 class TestSplitError(ValueError):
     """An episode of a ``test`` scenario was offered for training."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
 
 class ReplayError(ValueError):
     """A recorded episode does not replay through the env (e.g. it was played in ``random`` action order)."""
@@ -141,10 +143,10 @@ def replay(log: EpisodeLog, config: EnvConfig | None = None) -> Iterator[tuple[T
         recorded = by_turn[index]
         acting = sorted(name for name in env.agents if infos[name]["acting"])
         if index != env.turn or sorted(t.agent for t in recorded) != acting:
-            who = ", ".join(t.agent for t in recorded)
+            who, expected = ", ".join(t.agent for t in recorded), ", ".join(acting) or "nobody"
             raise ReplayError(
-                f"episode {log.id}: turn {index} was played by {who} but the env expects {', '.join(acting) or 'nobody'}"
-                f" at turn {env.turn} (was it run with action order {config.action_order!r}?)"
+                f"episode {log.id}: turn {index} was played by {who} but the env expects {expected} at turn"
+                f" {env.turn} (was it run with action order {config.action_order!r}?)"
             )
         for turn in recorded:
             yield turn, Observation.from_env(obs[turn.agent])

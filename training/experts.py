@@ -23,6 +23,10 @@ def goal_of(observation: Observation) -> str:
     return "find a solution that works for both of us"
 
 
+def _speak(text: str) -> AgentAction:
+    return AgentAction(action_type=ActionType.speak, argument=text)
+
+
 def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
 
@@ -42,14 +46,11 @@ class ScriptedExpert:
             return _NONE
         goal = goal_of(obs).rstrip(".")
         script = [
-            AgentAction(action_type=ActionType.speak, argument="Hi! Do you have a moment? I'd like to talk something through."),
-            AgentAction(action_type=ActionType.speak, argument=f"Here is where I stand: I want to {_lower_first(goal)}."),
+            _speak("Hi! Do you have a moment? I'd like to talk something through."),
+            _speak(f"Here is where I stand: I want to {_lower_first(goal)}."),
             AgentAction(action_type=ActionType.non_verbal, argument="nods and listens carefully"),
-            AgentAction(
-                action_type=ActionType.speak,
-                argument="I see your side too. What if we meet in the middle, so we both get what matters most?",
-            ),
-            AgentAction(action_type=ActionType.speak, argument="Great, then we have a plan. Thank you for working it out."),
+            _speak("I see your side too. What if we meet in the middle, so we both get what matters most?"),
+            _speak("Great, then we have a plan. Thank you for working it out."),
         ]
         self.moves += 1
         if self.moves > len(script):

@@ -160,7 +160,7 @@ def last_checkpoint(checkpoints: Path) -> str | None:
 def train(dataset, config: TrainConfig) -> TrainResult:
     """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
     from peft import LoraConfig, PeftModel
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     from sotopia_env.models import resolve_model_path
 
@@ -191,29 +191,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
         )
 
     # 4. train, resuming from the last checkpoint if a previous run left one
-    args = SFTConfig(
-        output_dir=str(checkpoints),
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup,
-        num_train_epochs=config.num_epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum,
-        max_length=config.max_length,
-        completion_only_loss=True,
-        seed=config.seed,
-        data_seed=config.seed,
-        bf16=bf16,
-        gradient_checkpointing=config.gradient_checkpointing,
-        logging_steps=config.logging_steps,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        report_to="none",
-        disable_tqdm=not config.progress,
-        **config.extra_args,
-    )
+    args = sft_config(config, checkpoints, bf16)
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -249,6 +227,42 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     return result
 
 
+def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
+    """TRL's ``SFTConfig`` for ``config``: completion-only loss, a log line per step, periodic checkpoints."""
+    from trl import SFTConfig
+
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns)
+    checkpointing = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in SFTConfig.__dataclass_fields__
+        else "gradient_checkpointing"
+    )
+    return SFTConfig(
+        output_dir=str(output_dir),
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup,
+        num_train_epochs=config.num_epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=bf16,
+        logging_steps=config.logging_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        report_to="none",
+        disable_tqdm=not config.progress,
+        dataloader_pin_memory=cuda_available(),
+        **{checkpointing: config.gradient_checkpointing},
+        **config.extra_args,
+    )
+
+
 def write_model_ref(directory: Path, base: str, adapter: str) -> None:
     """``sotopia_model.json``: the base model spec (a path made absolute) and the adapter, relative to it."""
     base_path = Path(base).expanduser()
@@ -258,14 +272,9 @@ def write_model_ref(directory: Path, base: str, adapter: str) -> None:
 
 def read_model_ref(directory: str | Path) -> tuple[str, str | None]:
     """``(base spec, adapter dir or None)`` of a trained model dir; a plain model dir is its own base."""
-    ref = Path(directory) / MODEL_REF
-    if not ref.is_file():
-        return str(directory), None
-    data = json.loads(ref.read_text())
-    adapter = data.get("adapter")
-    if adapter and not Path(adapter).is_absolute():
-        adapter = str((Path(directory) / adapter).resolve())
-    return data["base"], adapter
+    from sotopia_env.backends.local import read_model_ref as backend_read_model_ref
+
+    return backend_read_model_ref(str(directory))
 
 
 def release_memory() -> None:

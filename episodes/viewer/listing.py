@@ -91,14 +91,16 @@ class Page:
 
 def list_episodes(store: EpisodeStore, index: SummaryIndex, query: ListQuery) -> Page:
     query.check()
-    if not query.needs_index:
-        return _from_store(store, query)
-    matches = [s for s in index.get().items if _matches(s, query)]
-    if query.sort == "created":
-        ordered = matches[::-1] if query.order == "desc" else matches
+    return page_from_index(index, query) if query.needs_index else page_from_store(store, query)
+
+
+def page_from_index(index: SummaryIndex, q: ListQuery) -> Page:
+    matches = [s for s in index.get().items if _matches(s, q)]
+    if q.sort == "created":
+        ordered = matches[::-1] if q.order == "desc" else matches
     else:
-        ordered = sort_by_score(matches, query.sort, query.seat, descending=query.order == "desc")
-    return Page(query, len(ordered), ordered[query.offset : query.offset + query.limit])
+        ordered = sort_by_score(matches, q.sort, q.seat, descending=q.order == "desc")
+    return Page(q, len(ordered), ordered[q.offset : q.offset + q.limit])
 
 
 def sort_by_score(items: list[Summary], dimension: str, seat: str, descending: bool = True) -> list[Summary]:
@@ -118,7 +120,7 @@ def _matches(s: Summary, q: ListQuery) -> bool:
     )
 
 
-def _from_store(store: EpisodeStore, q: ListQuery) -> Page:
+def page_from_store(store: EpisodeStore, q: ListQuery) -> Page:
     filters = {"tag": q.tag, "model": q.model, "scenario": q.scenario, "status": q.status}
     total = store.count(**filters)
     if q.order == "asc":

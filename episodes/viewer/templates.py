@@ -156,7 +156,7 @@ EPISODE = """{% extends "base.html" %}{% block title %}Episode {{ log.id }}{% en
 {% else %}<p class="muted">No turns were played.</p>{% endif %}
 <p>Ended: <strong class="termination">{{ log.termination_reason or "–" }}</strong></p>
 {% if log.status == "failed" %}<h2>Error</h2>
-<div class="error pre">The episode failed: {{ log.error }}</div>{% endif %}
+<div class="error pre episode-error">The episode failed: {{ log.error }}</div>{% endif %}
 <h2>Scores</h2>
 {% if rows %}<table class="scores"><thead><tr><th>dimension</th><th>range</th>
 {% for seat in seats %}<th class="who seat{{ seat.number }}">{{ seat.name }}</th>{% endfor %}</tr></thead><tbody>
@@ -166,7 +166,7 @@ EPISODE = """{% extends "base.html" %}{% block title %}Episode {{ log.id }}{% en
 <tr><th>overall</th><td class="muted small">mean</td>{% for v in overall %}<td><strong>{{ v | num }}</strong></td>
 {% endfor %}</tr></tbody></table>
 <p class="muted small">rated by {{ log.rating.evaluator }} in {{ log.rating.attempts }} attempt(s)</p>
-{% elif log.rating is not none %}<div class="warning pre unrated">Unrated: {{ log.rating.error }}
+{% elif log.rating is not none %}<div class="warning pre rating-error">Unrated: {{ log.rating.error }}
 (evaluator {{ log.rating.evaluator }}, {{ log.rating.attempts }} attempt(s))</div>
 {% else %}<p class="muted">Not rated.</p>{% endif %}
 {% if log.usage or log.agent_errors %}<h2>Usage</h2><table class="usage"><thead><tr><th>who</th>

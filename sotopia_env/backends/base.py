@@ -12,6 +12,7 @@ class ChatRequest:
 
     messages: list[dict[str, str]]
     json_schema: dict[str, Any] | None = None
+    regex: str | None = None  # constrain the whole reply to a regular expression (local backend only)
     temperature: float = 0.7
     top_p: float = 1.0
     max_new_tokens: int = 256
@@ -64,14 +65,18 @@ class GenerationSettings:
     max_new_tokens: int = 200
     seed: int | None = None
 
-    def request(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> ChatRequest:
+    def request(
+        self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None, seed_offset: int = 0
+    ) -> ChatRequest:
+        """A request with these settings. ``seed_offset`` varies the seed per call (e.g. per turn), so a
+        seeded run is reproducible without every call sampling the same noise."""
         return ChatRequest(
             messages=messages,
             json_schema=json_schema,
             temperature=self.temperature,
             top_p=self.top_p,
             max_new_tokens=self.max_new_tokens,
-            seed=self.seed,
+            seed=None if self.seed is None else self.seed + seed_offset,
         )
 
 

@@ -48,6 +48,26 @@ def _semaphore(key: tuple[str, str | None], limit: int) -> asyncio.Semaphore:
     return per_loop[key]
 
 
+_HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum"})
+
+
+def without_keywords(schema: Any, drop: frozenset[str]) -> Any:
+    """A copy of a JSON schema without the ``drop`` keywords at any depth; property names are never dropped."""
+    if isinstance(schema, list):
+        return [without_keywords(v, drop) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in drop:
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: without_keywords(sub, drop) for name, sub in value.items()}
+        else:
+            out[key] = without_keywords(value, drop)
+    return out
+
+
 def schema_instruction(schema: dict[str, Any]) -> str:
     """The instruction appended to the prompt when the server cannot force the schema."""
     return (
@@ -126,7 +146,7 @@ class LiteLLMBackend:
             if self.structured_output:
                 kwargs["response_format"] = {
                     "type": "json_schema",
-                    "json_schema": {"name": "action", "schema": request.json_schema, "strict": True},
+                    "json_schema": {"name": "action", "schema": self._schema(request.json_schema), "strict": True},
                 }
             else:
                 last = next((m for m in reversed(messages) if m.get("role") in ("user", "system")), None)
@@ -151,6 +171,11 @@ class LiteLLMBackend:
             **kwargs,
         }
 
+    def _schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """Hosted providers' strict mode rejects length and range keywords: drop them there (we validate anyway).
+        Servers at an ``api_base`` (vLLM, llama.cpp) get the schema as is."""
+        return schema if self.api_base is not None else without_keywords(schema, _HOSTED_UNSUPPORTED)
+
     def _retryable(self, exc: BaseException) -> bool:
         import httpx
 
@@ -174,6 +199,8 @@ class LiteLLMBackend:
         return f"{self.model}: {where}{type(exc).__name__}{tries}: {message}".strip().rstrip(":")
 
     async def _one(self, request: ChatRequest) -> Completion:
+        if request.regex is not None:
+            return Completion(text="", error=f"{self.model}: regex-constrained decoding needs the local backend")
         kwargs = self._kwargs(request)
         semaphore = _semaphore((self.litellm_model, self.api_base), self.max_concurrency)
         attempt = 0

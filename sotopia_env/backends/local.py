@@ -27,7 +27,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -116,7 +116,7 @@ class LocalBackend:
         path = resolve_model_path(base)
         tok_source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
         tokenizer = AutoTokenizer.from_pretrained(tok_source)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, dev))
+        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, dev))
         if adapter:
             from peft import PeftModel
 
@@ -183,7 +183,7 @@ class LocalBackend:
                     if request.max_new_tokens < 1:
                         raise ValueError("max_new_tokens must be at least 1")
                     prompt = self._prompt(request.messages)
-                    grammar = self._grammar(request.json_schema) if request.json_schema is not None else None
+                    grammar = self._constraint(request)
                 except Exception as exc:
                     results[i] = Completion(text="", error=f"bad request: {_describe(exc)}")
                     continue
@@ -232,28 +232,31 @@ class LocalBackend:
             )
         latency = time.perf_counter() - start
         prompt_counts = enc["attention_mask"].sum(dim=1).tolist()
-        completions = []
-        for row in range(len(requests)):
-            tokens = out[row, prompt_len : prompt_len + limits[row]].tolist()
-            n = next((k for k, t in enumerate(tokens) if t in self._stop_ids), None)
-            finish = "length" if n is None else "stop"
-            text = self.tokenizer.decode(tokens[: len(tokens) if n is None else n], skip_special_tokens=True)
-            if finish == "length" and grammars[row] is not None and not _is_json(text):
-                self.stats.json_truncated += 1
-            count = len(tokens) if n is None else n
-            self.stats.prompt_tokens += int(prompt_counts[row])
-            self.stats.completion_tokens += count
-            meta = {"finish_reason": finish, "batch_size": len(requests), "constrained": grammars[row] is not None}
-            completions.append(
-                Completion(
-                    text=text,
-                    prompt_tokens=int(prompt_counts[row]),
-                    completion_tokens=count,
-                    latency_s=latency,
-                    meta=meta,
-                )
+        return [
+            self._completion(
+                out[row, prompt_len : prompt_len + limit].tolist(),
+                int(prompt_counts[row]),
+                constrained=grammars[row] is not None,
+                latency=latency,
+                batch_size=len(requests),
             )
-        return completions
+            for row, limit in enumerate(limits)
+        ]
+
+    def _completion(
+        self, tokens: list[int], prompt_tokens: int, *, constrained: bool, latency: float, batch_size: int
+    ) -> Completion:
+        """One row's output: up to (not including) the first stop token, or all of it when the limit cut it."""
+        end = next((k for k, t in enumerate(tokens) if t in self._stop_ids), None)
+        finish = "length" if end is None else "stop"
+        tokens = tokens if end is None else tokens[:end]
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if finish == "length" and constrained and not _is_json(text):
+            self.stats.json_truncated += 1
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.completion_tokens += len(tokens)
+        meta = {"finish_reason": finish, "batch_size": batch_size, "constrained": constrained}
+        return Completion(text, prompt_tokens, len(tokens), latency, meta=meta)
 
     def _sampling_kwargs(self, request: ChatRequest) -> dict[str, Any]:
         if request.temperature <= 0:
@@ -266,18 +269,28 @@ class LocalBackend:
             return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
 
-    def _grammar(self, schema: dict[str, Any]) -> xgr.CompiledGrammar:
+    def _constraint(self, request: ChatRequest) -> xgr.CompiledGrammar | None:
+        """The compiled grammar for a request's JSON schema or regex (cached), or None when unconstrained."""
+        if request.json_schema is not None:
+            return self._grammar(json.dumps(request.json_schema, sort_keys=True), "json")
+        if request.regex is not None:
+            return self._grammar(request.regex, "regex")
+        return None
+
+    def _grammar(self, source: str, kind: str) -> xgr.CompiledGrammar:
         import xgrammar as xgr
 
-        key = json.dumps(schema, sort_keys=True)
+        key = f"{kind}:{source}"
         if key not in self._grammars:
             if self._compiler is None:
                 info = xgr.TokenizerInfo.from_huggingface(
                     self.tokenizer, vocab_size=self._vocab_size, stop_token_ids=sorted(self._stop_ids)
                 )
                 self._compiler = xgr.GrammarCompiler(info)
-            # One-line JSON with fixed separators: no whitespace loops, fewer tokens.
-            self._grammars[key] = self._compiler.compile_json_schema(key, any_whitespace=False)
+            if kind == "json":  # one-line JSON with fixed separators: no whitespace loops, fewer tokens
+                self._grammars[key] = self._compiler.compile_json_schema(source, any_whitespace=False)
+            else:
+                self._grammars[key] = self._compiler.compile_regex(source)
         return self._grammars[key]
 
     def close(self) -> None:
@@ -327,7 +340,7 @@ class _GrammarMask(LogitsProcessor):
         self._xgr.apply_token_bitmask_inplace(
             target, self.bitmask.to(target.device), vocab_size=self.vocab_size, indices=active
         )
-        return target.to(scores.device)
+        return cast(torch.FloatTensor, target.to(scores.device))
 
 
 class _RowLimits(StoppingCriteria):
@@ -339,7 +352,7 @@ class _RowLimits(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.prompt_len
-        return (self.limits <= generated).to(input_ids.device)
+        return cast(torch.BoolTensor, (self.limits <= generated).to(input_ids.device))
 
 
 def read_model_ref(spec: str, adapter: str | None = None) -> tuple[str, str | None]:

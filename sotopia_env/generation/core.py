@@ -13,7 +13,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -115,7 +115,7 @@ OnStart = Callable[[int], None]  # called once with the number of items the run 
 
 
 async def run_bounded(
-    jobs: list[Callable[[], Awaitable[Outcome]]],
+    jobs: Sequence[Callable[[], Awaitable[Outcome]]],
     concurrency: int,
     stats: GenerationStats,
     on_outcome: OnOutcome | None = None,

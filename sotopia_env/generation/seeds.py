@@ -73,7 +73,7 @@ def _rows(path: Path, column: str) -> Iterator[tuple[int, object]]:
                     continue
                 try:
                     obj = json.loads(line)
-                except ValueError as exc:
+                except json.JSONDecodeError as exc:
                     raise SeedFileError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
                 if isinstance(obj, dict):
                     if column not in obj:

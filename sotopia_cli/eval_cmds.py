@@ -1,0 +1,73 @@
+"""``sotopia-env eval socialiqa``: accuracy, format-valid rate and mean reward of a model on Social IQa."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import typer
+
+from sotopia_cli.common import console, fail, user_errors
+from sotopia_cli.options import ApiBase
+
+eval_app = typer.Typer(help="Evaluate models on social-reasoning tasks.", no_args_is_help=True)
+
+# <think>...</think><answer>(X) ...</answer>: what the constrained run forces the model to emit.
+THINK_ANSWER_REGEX = r"<think>[^<]{1,600}</think><answer>\([ABC]\) [^<()\n]{0,120}</answer>"
+
+
+@eval_app.command("socialiqa")
+def socialiqa(
+    model: str = typer.Option("smollm2-135m", "--model", help="Model spec (local alias/path or litellm string)."),
+    data: Path = typer.Option(..., "--data", help="Social IQa JSONL (context, question, answerA..C, label)."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N items."),
+    constrained: bool = typer.Option(False, "--constrained", help="Force the <think>/<answer> format (local only)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=8),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0),
+    out: Path = typer.Option(None, "--out", help="Per-item results JSONL (default: socialiqa-<model>.jsonl)."),
+    api_base: str = ApiBase,
+) -> None:
+    """Accuracy with a 95% interval, format-valid rate and mean reward; per-item results as JSONL."""
+    from sotopia_env.backends.base import ChatRequest
+    from sotopia_env.backends.resolve import is_local_spec, resolve_backend
+    from training.rewards import build_prompt, evaluate_socialiqa, load_socialiqa
+
+    with user_errors(ValueError, OSError):
+        items = load_socialiqa(data)[:limit]
+        if constrained and not is_local_spec(model):
+            raise ValueError("--constrained needs a local model (regex-constrained decoding runs in-process)")
+        backend = resolve_backend(model, api_base=api_base)
+    regex = THINK_ANSWER_REGEX if constrained else None
+    requests = [
+        ChatRequest(build_prompt(item), regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)
+        for item in items
+    ]
+
+    async def run_all() -> list:
+        from episodes.progress import track
+
+        async def one(i: int, request: ChatRequest):
+            (completion,) = await backend.generate([request])
+            return i, completion
+
+        done = await track([one(i, r) for i, r in enumerate(requests)], description="socialiqa")
+        return [c for _, c in sorted(done, key=lambda pair: pair[0])]
+
+    completions = asyncio.run(run_all())
+    errors = [c.error for c in completions if c.error]
+    if len(errors) == len(completions):
+        raise fail(f"every generation failed: {errors[0]}")
+    result = evaluate_socialiqa(items, [c.text for c in completions])
+    low, high = result["accuracy_ci95"]
+    console.print(
+        f"{model}{' (constrained)' if constrained else ''} on {result['n']} items: "
+        f"accuracy {result['accuracy']:.3f} [95% CI {low:.3f}, {high:.3f}], "
+        f"format-valid {result['format_valid_rate']:.3f}, mean reward {result['mean_reward']:.3f}, "
+        f"generation errors {len(errors)}"
+    )
+    out = out or Path(f"socialiqa-{Path(model).name}{'-constrained' if constrained else ''}.jsonl")
+    with out.open("w") as fh:
+        for row, completion in zip(result["items"], completions, strict=True):
+            fh.write(json.dumps({**row, "completion": completion.text, "error": completion.error}) + "\n")
+    console.print(f"wrote {out}")

@@ -1,0 +1,144 @@
+"""``sotopia-env train pipeline|bc|sr|eval|status|dataset``: the SOTOPIA-pi loop from one YAML config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from sotopia_cli.common import console, user_errors
+from sotopia_cli.options import Store
+
+train_app = typer.Typer(
+    help="Train agents on rated episodes: behaviour cloning (BC), self-reinforcement (SR), evaluation.",
+    no_args_is_help=True,
+)
+
+ConfigArg = typer.Argument(..., help="The pipeline's YAML config (see examples/pipeline-cpu.yaml).")
+Force = typer.Option(False, "--force", help="Rerun the stage(s) even if state.json marks them finished.")
+Quiet = typer.Option(False, "--quiet", help="No progress bars.")
+
+
+def _errors():
+    from episodes.store import StoreError
+    from training.config import ConfigError
+    from training.dataset import ReplayError, TestSplitError
+    from training.pipeline import StageOrderError
+
+    return user_errors(ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, ValueError, OSError)
+
+
+def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) -> None:
+    from episodes.report import report_table
+    from training.config import load_config
+    from training.pipeline import run_stages
+
+    with _errors():
+        config = load_config(config_path)
+        state, report = run_stages(config, only=only, force=force, progress=not quiet)
+    for name, stage in state.stages.items():
+        if only is None or name in only:
+            line = f"[bold]{name}[/]: {stage['model']}"
+            if stage.get("dataset"):
+                line += f"\n  data: {stage['dataset']}"
+            if stage.get("train"):
+                losses = stage["train"]["losses"]
+                if losses:
+                    line += f"\n  loss: {losses[0]:.3f} -> {losses[-1]:.3f} over {stage['train']['steps']} steps"
+            if stage.get("note"):
+                line += f"\n  note: {stage['note']}"
+            console.print(line, highlight=False)
+    if report.rows:
+        console.print(report_table(report, title=f"{config.output_dir}: every stage vs {config.eval.partner}"))
+    console.print(f"outputs in {config.output_dir} (state.json, report.json)")
+
+
+@train_app.command("pipeline")
+def pipeline(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet) -> None:
+    """Run every stage (eval-base, bc, eval-bc, sr1, eval-sr1, ...), resuming at the first unfinished one."""
+    _run(config, None, force, quiet)
+
+
+@train_app.command("bc")
+def bc(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet) -> None:
+    """Behaviour cloning only: expert episodes on the train scenarios, rated, filtered, trained on."""
+    _run(config, ["bc"], force, quiet)
+
+
+@train_app.command("sr")
+def sr(
+    config: Path = ConfigArg,
+    round_: int = typer.Option(None, "--round", min=1, help="Only this round (default: every round)."),
+    force: bool = Force,
+    quiet: bool = Quiet,
+) -> None:
+    """Self-reinforcement rounds only: the policy plays itself, is rated, filtered and trained further."""
+    from training.config import load_config
+
+    with _errors():
+        rounds = load_config(config).sr.rounds
+    wanted = [f"sr{round_}"] if round_ else [f"sr{k}" for k in range(1, rounds + 1)]
+    _run(config, wanted, force, quiet)
+
+
+@train_app.command("eval")
+def evaluate(
+    config: Path = ConfigArg,
+    stage: list[str] = typer.Option(None, "--stage", help="Stage(s) to evaluate: base, bc, sr1, ... (default: all)."),
+    force: bool = Force,
+    quiet: bool = Quiet,
+) -> None:
+    """Evaluate finished stages against the fixed partner on held-out scenarios; print every stage in one table."""
+    from training.config import load_config
+    from training.pipeline import trained_stages
+
+    with _errors():
+        stages = stage or trained_stages(load_config(config))
+    _run(config, [f"eval-{s}" for s in stages], force, quiet)
+
+
+@train_app.command("status")
+def status(config: Path = ConfigArg) -> None:
+    """Show which stages of a config have finished."""
+    from rich.table import Table
+
+    from training.config import load_config
+    from training.pipeline import PipelineState, plan
+
+    with _errors():
+        cfg = load_config(config)
+        state = PipelineState.load(cfg.out)
+    table = Table("stage", "finished", "model", "note")
+    for name in plan(cfg):
+        done = state.stages.get(name)
+        table.add_row(
+            name, done["finished_at"] if done else "-", done["model"] if done else "", (done or {}).get("note", "")
+        )
+    console.print(table)
+
+
+@train_app.command("dataset")
+def dataset(
+    tag: str = typer.Option(..., "--tag", help="The episodes' tag."),
+    out: Path = typer.Option(..., "--out", help="Where to write the examples (JSONL)."),
+    store: str = Store,
+    model: str = typer.Option(None, "--model", help="Only the seats this model spec played."),
+    top1: bool = typer.Option(True, "--top1/--all", help="Keep only the best episode per scenario and seat."),
+    min_goal: float = typer.Option(None, "--min-goal", help="Keep agent-episodes with at least this goal score."),
+    keep_none: bool = typer.Option(False, "--keep-none", help="Keep turns where the agent did nothing."),
+    balance: bool = typer.Option(False, "--balance", help="Downsample to equal example counts per seat."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Build a training dataset (prompt/completion JSONL) from stored episodes, as the stages do."""
+    from sotopia_cli.episodes_cmds import open_store_or_fail
+    from training.dataset import FilterConfig, build_dataset, played_by
+
+    st = open_store_or_fail(store)
+    sample_filters, example_filters = FilterConfig(top1, min_goal, not keep_none, balance).build(seed)
+    if model:
+        sample_filters.insert(0, played_by(model))
+    with _errors():
+        data, stats = build_dataset(st.iter(tag), sample_filters, example_filters)
+        data.to_json(str(out))
+    console.print(stats.summary(), highlight=False)
+    console.print(f"{len(data)} examples written to {out}")

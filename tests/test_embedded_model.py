@@ -1,0 +1,95 @@
+"""End to end with the real embedded SmolLM2-135M: agents, judge, the CLI. Slow on CPU; marked ``model``."""
+
+import asyncio
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.llm import LLMAgent
+from episodes.runner import play
+from episodes.store import open_store
+from sotopia_cli.main import app
+from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.backends.resolve import resolve_backend
+from sotopia_env.env import EnvConfig
+from sotopia_env.evaluation import GOAL_ONLY
+from sotopia_env.llm_evaluator import LLMEvaluator
+
+pytestmark = pytest.mark.model
+GREEDY = GenerationSettings(temperature=0.0, max_new_tokens=80)
+
+
+def test_real_two_agent_episode_every_action_parses(embedded_model_path, two_friends):
+    backend = resolve_backend("smollm2-135m")
+    agents = [LLMAgent(backend, settings=GREEDY, max_retries=0) for _ in range(2)]
+    log = asyncio.run(play(two_friends, agents, None, EnvConfig(max_turns=4)))
+    assert log.termination_reason in ("max_turns", "everyone_left", "stale")
+    assert log.turns and all(t.action.error is None for t in log.turns)
+    assert all(n == 0 for n in log.agent_errors.values())
+    assert sum(u.calls for u in log.usage.values()) == len(log.turns)
+    assert all(u.completion_tokens > 0 for u in log.usage.values() if u.calls)
+
+
+def test_real_judge_gives_valid_or_honestly_unrated(embedded_model_path, two_friends):
+    from agents.scripted import ScriptedAgent
+
+    backend = resolve_backend("smollm2-135m")
+    judge = LLMEvaluator(backend, GOAL_ONLY, max_retries=1)
+    log = asyncio.run(play(two_friends, [ScriptedAgent(["Can you help me?"]), ScriptedAgent(["Yes."])], judge))
+    if log.rating.rated:
+        for rating in log.rating.ratings.values():
+            assert 0 <= rating.scores["goal"].score <= 10
+    else:
+        assert log.status == "unrated" and log.rating.error
+
+
+def test_benchmark_end_to_end_with_the_embedded_model(embedded_model_path, tmp_path, library):
+    store = f"sqlite:///{tmp_path}/b.db"
+    scenario = sorted(s.id for s in library.select("test"))[0]
+    result = CliRunner().invoke(
+        app,
+        [
+            "benchmark",
+            "--scenarios",
+            scenario,
+            "--max-turns",
+            "2",
+            "--dimensions",
+            "goal",
+            "--concurrency",
+            "2",
+            "--store",
+            store,
+            "--tag",
+            "e2e",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    logs = open_store(store).query(tag="e2e")
+    assert len(logs) == 2 and {log.status for log in logs} <= {"rated", "unrated"}
+    for log in logs:
+        if log.status == "unrated":
+            assert log.rating.error
+        else:
+            assert all(0 <= r.scores["goal"].score <= 10 for r in log.rating.ratings.values())
+    report = json.loads((tmp_path / "r.json").read_text())
+    rated = sum(log.status == "rated" for log in logs)
+    assert sum(row["rated"] for row in report["rows"]) == 2 * rated  # two seats per rated episode
+
+
+def test_eval_socialiqa_constrained_is_always_well_formed(embedded_model_path, tmp_path):
+    from conftest import SHARED
+
+    data = SHARED / "data" / "social_iqa" / "sample.jsonl"
+    if not data.exists():
+        pytest.skip(f"{data} not found: Social IQa sample missing")
+    out = tmp_path / "items.jsonl"
+    args = ["eval", "socialiqa", "--data", str(data), "--limit", "3", "--max-new-tokens", "96", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--constrained"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["format_valid"] for r in rows)
+    assert "format-valid 1.000" in " ".join(result.output.split())

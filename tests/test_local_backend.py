@@ -1,0 +1,273 @@
+"""The local transformers backend: batching, padding, JSON constraints, adapters, errors.
+
+Most tests use a tiny randomly initialised llama with a tiny byte-level BPE tokenizer
+built here (no download). The ``model``-marked test uses the embedded SmolLM2-135M.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sotopia_env.actions import ACTION_TYPES, action_json_schema, parse_action
+from sotopia_env.backends.base import ChatRequest
+from sotopia_env.backends.local import LocalBackend, pick_dtype, read_model_ref
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+ENUM_SCHEMA = {
+    "type": "object",
+    "properties": {"action_type": {"type": "string", "enum": ["speak", "leave"]}},
+    "required": ["action_type"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer llama with random weights and a 300-token byte-level BPE tokenizer, saved as a model dir."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = ['Hello, how are you today? {"action_type": "speak", "argument": "hi there"}'] * 5
+    bpe.train_from_iterator(corpus, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        initializer_range=0.2,  # peaked logits: greedy choices are far from ties
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def tiny(tiny_model_dir: Path) -> LocalBackend:
+    return LocalBackend.from_spec(str(tiny_model_dir), max_batch_size=8, batch_window_s=0.02)
+
+
+def ask(text: str, **kwargs) -> ChatRequest:
+    kwargs.setdefault("temperature", 0.0)
+    kwargs.setdefault("max_new_tokens", 6)
+    return ChatRequest(messages=[{"role": "user", "content": text}], **kwargs)
+
+
+async def concurrently(backend: LocalBackend, requests: list[ChatRequest]):
+    """Each request in its own ``generate`` call, all at once (like many agents)."""
+    results = await asyncio.gather(*(backend.generate([r]) for r in requests))
+    return [out for (out,) in results]
+
+
+def test_concurrent_calls_share_one_generate(tiny: LocalBackend) -> None:
+    outs = asyncio.run(concurrently(tiny, [ask(f"hello {i}") for i in range(6)]))
+    assert all(o.ok and o.text for o in outs)
+    assert tiny.generate_calls == 1
+    assert {o.meta["batch_size"] for o in outs} == {6}
+
+
+def test_max_batch_size_splits_the_queue(tiny: LocalBackend) -> None:
+    tiny.max_batch_size = 4
+    outs = asyncio.run(concurrently(tiny, [ask(f"hi {i}") for i in range(10)]))
+    assert all(o.ok for o in outs)
+    assert tiny.generate_calls == 3
+    assert sorted(o.meta["batch_size"] for o in outs) == [2, 2] + [4] * 8
+
+
+def test_one_call_with_many_requests_is_one_batch(tiny: LocalBackend) -> None:
+    outs = asyncio.run(tiny.generate([ask("a"), ask("b c d e f"), ask("how are you")]))
+    assert len(outs) == 3 and all(o.ok for o in outs)
+    assert tiny.generate_calls == 1
+
+
+def test_left_padding_matches_unbatched_greedy(tiny: LocalBackend) -> None:
+    prompts = ["hi", "Hello, how are you today?", "speak to me about the argument, my friend, please"]
+    alone = [asyncio.run(tiny.generate([ask(p, max_new_tokens=8)]))[0] for p in prompts]
+    together = asyncio.run(concurrently(tiny, [ask(p, max_new_tokens=8) for p in prompts]))
+    assert tiny.generate_calls == len(prompts) + 1
+    assert [o.text for o in together] == [o.text for o in alone]
+    assert [o.prompt_tokens for o in together] == [o.prompt_tokens for o in alone]
+    for prompt, out in zip(prompts, together, strict=True):
+        text = tiny.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        assert out.prompt_tokens == len(tiny.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_sampling_settings_group_batches_and_row_limits(tiny: LocalBackend) -> None:
+    requests = [ask("a", max_new_tokens=3), ask("b", max_new_tokens=9), ask("c", temperature=0.8, seed=1)]
+    outs = asyncio.run(concurrently(tiny, requests))
+    assert tiny.generate_calls == 2  # greedy rows together, the sampled one alone
+    assert outs[0].meta["batch_size"] == outs[1].meta["batch_size"] == 2
+    for out, limit in ((outs[0], 3), (outs[1], 9)):
+        assert out.completion_tokens <= limit
+        assert (out.completion_tokens == limit) == (out.meta["finish_reason"] == "length")
+
+
+def test_seed_makes_sampling_repeatable(tiny: LocalBackend) -> None:
+    request = ask("tell me", temperature=1.0, seed=7, max_new_tokens=12)
+    first = asyncio.run(tiny.generate([request]))[0].text
+    second = asyncio.run(tiny.generate([request]))[0].text
+    assert first == second
+
+
+def test_json_constrained_rows_mix_with_free_rows(tiny: LocalBackend) -> None:
+    requests = [ask("act", json_schema=ENUM_SCHEMA, max_new_tokens=40), ask("chat", max_new_tokens=10)]
+    constrained, free = asyncio.run(concurrently(tiny, requests))
+    assert tiny.generate_calls == 1
+    assert constrained.meta["constrained"] and not free.meta["constrained"]
+    assert constrained.meta["finish_reason"] == "stop"
+    assert json.loads(constrained.text)["action_type"] in {"speak", "leave"}
+
+
+def test_json_cut_short_is_returned_and_counted(tiny: LocalBackend) -> None:
+    (out,) = asyncio.run(tiny.generate([ask("act", json_schema=action_json_schema(), max_new_tokens=3)]))
+    assert out.ok and out.meta["finish_reason"] == "length"
+    assert out.text.startswith("{") and out.completion_tokens == 3
+    assert tiny.stats.json_truncated == 1
+
+
+def test_failed_batch_errors_every_row_then_recovers(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tiny.lm.generate
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2 GiB\nmore details")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tiny.lm, "generate", flaky)
+    failed = asyncio.run(concurrently(tiny, [ask("x"), ask("y"), ask("z")]))
+    assert [o.ok for o in failed] == [False] * 3
+    assert all(o.text == "" and "out of memory" in o.error and "\n" not in o.error for o in failed)
+    assert tiny.stats.failed_batches == 1
+    again = asyncio.run(concurrently(tiny, [ask("x"), ask("y")]))
+    assert all(o.ok and o.text for o in again)
+
+
+def test_a_bad_request_fails_alone(tiny: LocalBackend) -> None:
+    outs = asyncio.run(tiny.generate([ask("fine"), ask("zero", max_new_tokens=0), ask("bad", json_schema={"type": 5})]))
+    assert outs[0].ok and outs[0].text
+    assert not outs[1].ok and "max_new_tokens" in str(outs[1].error)
+    assert not outs[2].ok and str(outs[2].error).startswith("bad request")
+
+
+def test_closed_backend_answers_with_errors(tiny: LocalBackend) -> None:
+    tiny.close()
+    (out,) = asyncio.run(tiny.generate([ask("hello")]))
+    assert not out.ok and "closed" in str(out.error)
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")
+def test_lora_adapter_loads_on_top(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    torch.manual_seed(1)
+    peft_model = get_peft_model(base, lora)
+    trained = tmp_path / "trained"
+    peft_model.save_pretrained(str(trained / "adapter"))
+    (trained / "sotopia_model.json").write_text(json.dumps({"base": str(tiny_model_dir), "adapter": "adapter"}))
+
+    backend = LocalBackend.from_spec(str(trained))
+    adapter_dir = str((trained / "adapter").resolve())
+    assert backend.model == f"{tiny_model_dir}+{adapter_dir}"
+    ids = torch.tensor([[5, 9, 30, 41, 7]])
+    with torch.no_grad():
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)(ids).logits
+        expected = peft_model.eval()(ids).logits
+        got = backend.lm(ids).logits
+    assert not torch.allclose(got, plain, atol=1e-4)
+    assert torch.allclose(got, expected, atol=1e-4)
+
+    by_argument = LocalBackend.from_spec(str(tiny_model_dir), adapter=adapter_dir)
+    assert by_argument.model == backend.model
+    (out,) = asyncio.run(backend.generate([ask("hello")]))
+    assert out.ok
+
+
+def test_model_ref_and_dtype_helpers(tmp_path: Path) -> None:
+    assert read_model_ref("smollm2-135m") == ("smollm2-135m", None)
+    (tmp_path / "sotopia_model.json").write_text(json.dumps({"base": "smollm2-135m", "adapter": "a"}))
+    assert read_model_ref(str(tmp_path)) == ("smollm2-135m", str((tmp_path / "a").resolve()))
+    with pytest.raises(ValueError, match="already names an adapter"):
+        read_model_ref(str(tmp_path), adapter="other")
+    assert pick_dtype(None, torch.device("cpu")) == torch.float32
+    assert pick_dtype(None, torch.device("cuda")) == torch.bfloat16
+    assert pick_dtype("float16", torch.device("cpu")) == torch.float16
+    with pytest.raises(ValueError, match="unknown dtype"):
+        pick_dtype("float13", torch.device("cpu"))
+
+
+ASKS = [
+    "Hi! Do you have a minute?",
+    "Could you lend me your car this weekend?",
+    "I think we should split the bill.",
+    "Are you coming to the party tonight?",
+    "I found your wallet on the bus.",
+    "Can you help me move on Saturday?",
+    "The rent is due tomorrow.",
+    "Let's plan the trip together.",
+]
+
+
+def action_prompt(name: str, heard: str) -> list[dict[str, str]]:
+    """A prompt in the style of the LLM agent's."""
+    options = "\n".join(f'- "{a}"' for a in ACTION_TYPES)
+    user = (
+        f'Conversation so far:\nSam said: "{heard}"\n\nIt is turn #1 and your move. Choose one action:\n{options}\n\n'
+        'Reply with one JSON object only: {"action_type": "...", "argument": "..."}'
+    )
+    system = f"You are playing {name} in a social simulation. Stay in character.\n\n{name} is a friendly teacher."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+@pytest.mark.model
+def test_embedded_model_emits_valid_actions_in_one_batch(embedded_model_path: str) -> None:
+    backend = LocalBackend.from_spec("smollm2-135m", batch_window_s=0.05)
+    assert backend.model == "smollm2-135m" and backend.device.type in ("cpu", "cuda", "mps")
+    schema = action_json_schema()
+    requests = [
+        # greedy: deterministic; sampled arguments of a 135M model can ramble past any token limit
+        ChatRequest(messages=action_prompt(f"Alex{i}", heard), json_schema=schema, temperature=0.0, max_new_tokens=120)
+        for i, heard in enumerate(ASKS)
+    ]
+    outs = asyncio.run(concurrently(backend, requests))
+    assert backend.generate_calls == 1
+    for out in outs:
+        assert out.ok and out.meta["finish_reason"] == "stop", out.text
+        data = json.loads(out.text)
+        assert set(data) == {"action_type", "argument"} and data["action_type"] in ACTION_TYPES
+        assert parse_action(out.text).action_type.value == data["action_type"]
+        assert out.prompt_tokens > 50 and 0 < out.completion_tokens < 120
+    assert backend.stats.json_truncated == 0

@@ -1,0 +1,169 @@
+"""The pipeline's one YAML config: dataclasses, validated with one-line errors naming file and field.
+
+A config looks like ``examples/pipeline-cpu.yaml``. Every section is optional
+except ``output_dir``; unknown keys are errors. Paths are relative to the
+working directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ConfigDict
+
+from sotopia_env.env import EnvConfig
+from training.dataset import FilterConfig
+from training.trainer import TrainConfig
+
+_SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
+
+
+class ConfigError(ValueError):
+    """A pipeline config that cannot be used; the message names the file and the field."""
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling of every model-driven agent in the pipeline's episodes."""
+
+    temperature: float = 0.7
+    max_new_tokens: int = 200
+
+
+@dataclass
+class EvaluatorConfig:
+    model: str = "rule-based"  # 'rule-based' (offline, for smoke runs) or a model spec for the LLM judge
+    dimensions: str = "sotopia"  # 'sotopia', 'goal' or a comma list of SOTOPIA dimensions
+
+
+@dataclass
+class BCConfig:
+    """Behaviour cloning: the expert plays itself on ``scenarios``; the best episodes are trained on."""
+
+    enabled: bool = True
+    expert: str = "gpt-4o"  # any agent spec: a model, an alias, or module:Class
+    scenarios: str = "train"
+    episodes_per_scenario: int = 2
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    train: dict[str, Any] = field(default_factory=dict)  # overrides of the top-level train section
+
+
+@dataclass
+class SRConfig:
+    """Self-reinforcement: ``rounds`` times, the policy plays itself, is rated, filtered and trained further."""
+
+    rounds: int = 1
+    scenarios: str = "train"
+    episodes_per_scenario: int = 2
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvalConfig:
+    """After every stage the policy plays ``partner`` on held-out scenarios, in both seats."""
+
+    enabled: bool = True
+    partner: str = "smollm2-135m"
+    scenarios: str = "dev"
+    episodes_per_scenario: int = 1
+
+
+@dataclass
+class PipelineConfig:
+    __pydantic_config__ = ConfigDict(extra="forbid")  # unknown keys are errors, in every section
+
+    output_dir: str
+    base_model: str = "smollm2-135m"
+    seed: int = 0
+    concurrency: int = 8
+    store: str | None = None  # default: SQLite at OUTPUT_DIR/episodes.db
+    api_base: str | None = None
+    scenarios_dir: list[str] = field(default_factory=list)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
+    sr: SRConfig = field(default_factory=SRConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    source: str = "<config>"  # where it was read from (for error messages)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output_dir)
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{(self.out / 'episodes.db').resolve()}"
+
+    def train_config(self, stage: str, overrides: dict[str, Any], **fixed: Any) -> TrainConfig:
+        """The top-level train section with a stage's overrides and the fields the pipeline sets."""
+        import dataclasses
+
+        try:
+            return dataclasses.replace(self.train, **{**overrides, **fixed})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{self.source}: field '{stage}.train': {exc}") from None
+
+
+def parse_config(raw: Any, source: str = "<config>") -> PipelineConfig:
+    """Validate a config mapping; ``ConfigError`` names ``source`` and the first bad field."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    if "source" in raw:
+        raise ConfigError(f"{source}: field 'source': Unexpected keyword argument")
+    for key in _SET_BY_PIPELINE:
+        if key in (raw.get("train") or {}) and isinstance(raw.get("train"), dict):
+            raise ConfigError(f"{source}: field 'train.{key}': set by the pipeline; use the top-level base_model")
+    try:
+        config = TypeAdapter(PipelineConfig).validate_python({**raw, "source": source})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"{source}: field '{where}': {first['msg']}") from None
+    for stage, section in (("bc", config.bc.train), ("sr", config.sr.train)):
+        for key in section:
+            if key in _SET_BY_PIPELINE or key not in TrainConfig.__dataclass_fields__:
+                raise ConfigError(f"{source}: field '{stage}.train.{key}': not a train setting")
+    _check_values(config)
+    return config
+
+
+def _check_values(c: PipelineConfig) -> None:
+    def bad(where: str, why: str) -> ConfigError:
+        return ConfigError(f"{c.source}: field '{where}': {why}")
+
+    for where, value in (
+        ("bc.episodes_per_scenario", c.bc.episodes_per_scenario),
+        ("sr.episodes_per_scenario", c.sr.episodes_per_scenario),
+        ("eval.episodes_per_scenario", c.eval.episodes_per_scenario),
+        ("concurrency", c.concurrency),
+        ("generation.max_new_tokens", c.generation.max_new_tokens),
+    ):
+        if value < 1:
+            raise bad(where, f"must be at least 1, not {value}")
+    if c.sr.rounds < 0:
+        raise bad("sr.rounds", f"must be 0 or more, not {c.sr.rounds}")
+    if not c.output_dir.strip():
+        raise bad("output_dir", "must not be empty")
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a YAML pipeline config."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    return parse_config(raw, str(path))

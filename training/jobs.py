@@ -1,0 +1,45 @@
+"""The episode jobs the training stages run (self-play, and a policy against a fixed partner).
+
+``versus_jobs`` mirrors ``sotopia-env benchmark`` (``sotopia_cli.benchmark_cmd.benchmark_jobs``);
+training may not import the CLI, so both should eventually share one helper in ``episodes/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from episodes.runner import Job
+from sotopia_env.library import Library
+from sotopia_env.profiles import Scenario
+from sotopia_env.sampler import EpisodeSetup, sample_setups
+
+
+def setups_per_scenario(
+    scenarios: Sequence[Scenario], library: Library, n: int, seed: int = 0
+) -> list[tuple[EpisodeSetup, int]]:
+    """``n`` (setup, repeat) pairs per scenario: distinct character pairings first, then repeats of them."""
+    out: list[tuple[EpisodeSetup, int]] = []
+    for scenario in scenarios:
+        distinct = sample_setups([scenario], library, n, seed=seed)
+        out.extend((distinct[i % len(distinct)], i // len(distinct)) for i in range(n))
+    return out
+
+
+def self_play_jobs(scenarios: Sequence[Scenario], library: Library, spec: str, n: int, seed: int = 0) -> list[Job]:
+    """``spec`` in every seat, ``n`` episodes per scenario."""
+    return [
+        Job(setup, [spec] * setup.scenario.num_agents, repeat)
+        for setup, repeat in setups_per_scenario(scenarios, library, n, seed)
+    ]
+
+
+def versus_jobs(
+    scenarios: Sequence[Scenario], library: Library, model: str, partner: str, n: int, seed: int = 0
+) -> list[Job]:
+    """Each sampled two-seat setup twice: ``model`` in seat 1, then in seat 2 (once if model == partner)."""
+    jobs: dict[str, Job] = {}
+    for setup in sample_setups(scenarios, library, n, seed=seed):
+        for specs in ([model, partner], [partner, model]):
+            job = Job(setup, specs)
+            jobs.setdefault(job.key, job)
+    return list(jobs.values())
