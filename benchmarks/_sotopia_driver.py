@@ -97,9 +97,13 @@ def main() -> None:
     async def run() -> None:
         await asyncio.gather(*(one(s) for s in setups))
 
+    loop = asyncio.new_event_loop()
     start = time.perf_counter()
-    asyncio.run(run())
+    loop.run_until_complete(run())
     wall = time.perf_counter() - start
+    # litellm leaves background tasks behind that do not always finish when cancelled (asyncio.run then hangs
+    # in its shutdown); they are listed in the result and the process exits without waiting for them.
+    pending = sorted({repr(t.get_coro()).split(" at ")[0] for t in asyncio.all_tasks(loop) if not t.done()})
     saved = len(list((Path(data_dir) / "EpisodeLog").glob("*.json"))) if args.storage == "local" else None
     save_errors = [m for m in failures.messages if "save" in m.lower()]
     result = {
@@ -113,8 +117,12 @@ def main() -> None:
         "errors_logged": len(failures.messages),
         "storage": args.storage,
         "python": sys.version.split()[0],
+        "pending_tasks": pending,
     }
     Path(args.out).write_text(json.dumps(result))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

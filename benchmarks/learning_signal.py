@@ -42,7 +42,7 @@ def expert_episodes(selector: str, per_scenario: int, max_turns: int, seed: int)
     from sotopia_env.evaluation import RuleBasedEvaluator
     from sotopia_env.library import load_library
     from training.experts import ScriptedExpert
-    from training.jobs import self_play_jobs
+    from episodes.jobs import self_play_jobs
 
     library = load_library()
     jobs = self_play_jobs(library.select(selector), library, "training.experts:ScriptedExpert", per_scenario, seed)

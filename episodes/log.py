@@ -50,6 +50,8 @@ class EpisodeLog(BaseModel):
     agents: list[AgentSpec]
     turns: list[Turn] = Field(default_factory=list)
     termination_reason: str | None = None
+    action_order: str = "round-robin"
+    seed: int | None = None  # the env's reset seed (what a random action order drew from)
     rating: EpisodeRating | None = None
     status: Status
     error: str | None = None

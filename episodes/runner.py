@@ -66,6 +66,7 @@ async def play(
     tag: str = "",
     repeat: int = 0,
     on_turn: TurnCallback | None = None,
+    seed: int | None = None,
 ) -> EpisodeLog:
     """Play one episode to its end and rate it. Returns the log; stores nothing."""
     started = time.perf_counter()
@@ -73,7 +74,7 @@ async def play(
     for agent in agents:
         reset_agent(agent)
     by_name = dict(zip(setup.agent_names, agents, strict=True))
-    obs, infos = env.reset()
+    obs, infos = env.reset(seed=seed)
     while env.agents:
         acting = [name for name in env.agents if infos[name]["acting"]]
         chosen = await asyncio.gather(*(_act(by_name[n], Observation.from_env(obs[n])) for n in acting))
@@ -98,6 +99,8 @@ async def play(
         ],
         turns=env.turns,
         termination_reason=env.termination_reason,
+        action_order=env.config.action_order,
+        seed=seed,
         rating=rating,
         status="rated" if rating is not None and rating.rated else "unrated",
         agent_errors=dict(env.errors),
@@ -175,7 +178,8 @@ async def run_batch(
             t0 = time.perf_counter()
             try:
                 agents = [agent_factory(spec, seat) for seat, spec in enumerate(job.agent_specs)]
-                log = await play(job.setup, agents, evaluator, config, job.agent_specs, tag, job.repeat)
+                specs = job.agent_specs
+                log = await play(job.setup, agents, evaluator, config, specs, tag, job.repeat, seed=job.repeat)
             except Exception as exc:
                 log = _failed_log(job, tag, exc, t0)
             if job.key in old_ids:

@@ -32,6 +32,7 @@ def benchmark(
     png: Path = typer.Option(None, "--png", help="Also draw the report as a PNG chart."),
 ) -> None:
     """Run MODEL against PARTNER on every chosen scenario, in both seats; resumable under its tag."""
+    from episodes.jobs import versus_jobs
     from episodes.report import build_report, plot_report, report_table
     from episodes.runner import default_agent_factory, run_batch
     from sotopia_cli.episodes_cmds import open_store_or_fail
@@ -42,7 +43,7 @@ def benchmark(
 
     lib = library(scenarios_dir)
     with user_errors(LibraryError, NoEligibleCharacters, ValueError):
-        jobs = benchmark_jobs(lib.select(scenarios), lib, model, partner, episodes_per_scenario, seed)
+        jobs = versus_jobs(lib.select(scenarios), lib, model, partner, episodes_per_scenario, seed)
         judge = make_evaluator(evaluator, dimensions, api_base)
     tag = tag or f"benchmark-{model}-vs-{partner}"
     st = open_store_or_fail(store)
@@ -63,14 +64,3 @@ def benchmark(
     if png:
         plot_report(rep, str(png))
 
-
-def benchmark_jobs(scenarios, lib, model: str, partner: str, per_scenario: int, seed: int):
-    """Each sampled setup twice: the model in seat 1, then in seat 2."""
-    from episodes.runner import Job
-    from sotopia_env.sampler import sample_setups
-
-    jobs = []
-    for setup in sample_setups(scenarios, lib, per_scenario, seed=seed):
-        jobs.append(Job(setup, [model, partner]))
-        jobs.append(Job(setup, [partner, model]))
-    return jobs

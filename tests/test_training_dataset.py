@@ -162,3 +162,18 @@ def test_loss_is_on_the_completion_only(tmp_path_factory, tmp_path):
         trained_text = tokenizer.decode([t for t in labels if t != -100])
         assert trained_text.startswith(source["completion"][0]["content"])
         assert "<|im_end|>" in trained_text  # the model learns to stop
+
+
+def test_random_order_episodes_replay_from_their_seed(two_friends):
+    import asyncio
+
+    from agents.scripted import ScriptedAgent
+    from episodes.runner import play
+    from sotopia_env.env import EnvConfig
+    from training.dataset import replay
+
+    agents = [ScriptedAgent([f"a{i}" for i in range(6)]), ScriptedAgent([f"b{i}" for i in range(6)])]
+    log = asyncio.run(play(two_friends, agents, None, EnvConfig(action_order="random", max_turns=8), seed=5))
+    assert log.action_order == "random" and log.seed == 5
+    replayed = [turn for turn, _ in replay(log)]
+    assert replayed == log.turns

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from episodes.jobs import self_play_jobs
 from training.context import StageContext, StageResult, batch_counts
 from training.dataset import build_dataset
-from training.jobs import self_play_jobs
 from training.trainer import train
 
 STAGE = "bc"

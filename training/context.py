@@ -111,22 +111,9 @@ class StageContext:
 
 
 def release_backends(specs: set[str], keep: object = None) -> None:
-    """Close and forget the shared backends of ``specs`` (except the evaluator's), so their weights are freed.
-
-    ``sotopia_env.backends.resolve`` keeps every backend it built; a pipeline that
-    loads one model per stage must let them go. (This reaches into the resolver's
-    cache; it belongs in ``resolve.py`` as a public ``release``.)
-    """
+    """Free the shared backends of ``specs`` (except the evaluator's) and the memory they held."""
     from sotopia_env.backends import resolve
     from training.trainer import release_memory
 
-    keep_backend = getattr(keep, "backend", None)
-    for key in [k for k in resolve._shared if k[0] in specs]:
-        backend = resolve._shared[key]
-        if backend is keep_backend:
-            continue
-        del resolve._shared[key]
-        close = getattr(backend, "close", None)
-        if callable(close) and type(backend).__name__ == "LocalBackend":
-            close()
+    resolve.release_backends(specs, keep=getattr(keep, "backend", None))
     release_memory()

@@ -127,15 +127,19 @@ def refuse_test_split(logs: Iterable[EpisodeLog]) -> None:
 def replay(log: EpisodeLog, config: EnvConfig | None = None) -> Iterator[tuple[Turn, Observation]]:
     """Each recorded turn with the observation its agent had just before acting.
 
-    The episode is replayed through ``SocialEnv`` with its setup and recorded
-    actions. Only the action order of ``config`` matters (round-robin by
-    default); its limits are lifted so that the replay never ends early.
+    The episode is replayed through ``SocialEnv`` with its setup, action order,
+    seed and recorded actions; the limits of ``config`` are lifted so that the
+    replay never ends early.
     """
     config = dataclasses.replace(
-        config or EnvConfig(), max_turns=_NO_LIMIT, stale_turns=_NO_LIMIT, max_agent_errors=_NO_LIMIT
+        config or EnvConfig(),
+        action_order=log.action_order,
+        max_turns=_NO_LIMIT,
+        stale_turns=_NO_LIMIT,
+        max_agent_errors=_NO_LIMIT,
     )
     env = SocialEnv(setup=log.setup, config=config)
-    obs, infos = env.reset()
+    obs, infos = env.reset(seed=log.seed)
     by_turn: dict[int, list[Turn]] = {}
     for turn in log.turns:
         by_turn.setdefault(turn.turn, []).append(turn)

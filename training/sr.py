@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from episodes.jobs import self_play_jobs
 from training.context import StageContext, StageResult, batch_counts
 from training.dataset import build_dataset
-from training.jobs import self_play_jobs
 from training.trainer import MODEL_REF, read_model_ref, train
 
 

@@ -30,6 +30,19 @@ def is_local_spec(spec: str) -> bool:
     return spec in EMBEDDED_MODELS or spec.startswith("local:") or Path(spec).is_dir()
 
 
+def release_backends(specs: set[str] | None = None, keep: object = None) -> None:
+    """Forget (and close, where they can be closed) the shared backends of ``specs`` (all when None),
+    except ``keep``; a pipeline that loads one model per stage frees each one's weights this way."""
+    for key in [k for k in _shared if specs is None or k[0] in specs]:
+        backend = _shared.pop(key)
+        if backend is keep:
+            _shared[key] = backend
+            continue
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+
+
 def resolve_backend(spec: str, api_base: str | None = None, api_key: str | None = None, **options: Any) -> Backend:
     key = (spec, api_base, tuple(sorted(options.items())))
     if key in _shared:

@@ -1,8 +1,4 @@
-"""The episode jobs the training stages run (self-play, and a policy against a fixed partner).
-
-``versus_jobs`` mirrors ``sotopia-env benchmark`` (``sotopia_cli.benchmark_cmd.benchmark_jobs``);
-training may not import the CLI, so both should eventually share one helper in ``episodes/``.
-"""
+"""Batches of jobs: self-play, and a model against a fixed partner in both seats (``sotopia-env benchmark``)."""
 
 from __future__ import annotations
 
