@@ -90,9 +90,7 @@ def distinct_setups(n: int) -> list[Any]:
     from sotopia_env.sampler import eligible_setups
 
     library = load_library()
-    options = [
-        eligible_setups(s, library) for _, s in sorted(library.scenarios.items()) if s.num_agents == 2
-    ]
+    options = [eligible_setups(s, library) for _, s in sorted(library.scenarios.items()) if s.num_agents == 2]
     out: list[Any] = []
     depth = 0
     while len(out) < n:

@@ -4,7 +4,8 @@
 
 Prints its base URL on the first line of stdout, then reads commands from stdin, one per line, answering each
 with one line: ``reset`` (forget recorded requests), ``stats`` (JSON counters), ``dump PATH`` (write the recorded
-requests as JSON lines; answers their count). It exits when stdin closes.
+requests as JSON lines; answers their count). ``stats`` holds ``requests``, ``max_in_flight`` and ``cpu_s``
+(this process's CPU time so far). It exits when stdin closes.
 
 Every reply comes after ``--latency`` seconds. What it answers:
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,7 +94,13 @@ def main() -> None:
                 srv.reset()
                 print("ok", flush=True)
             elif command == "stats":
-                print(json.dumps({"requests": len(srv.requests), "max_in_flight": srv.max_in_flight}), flush=True)
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                stats = {
+                    "requests": len(srv.requests),
+                    "max_in_flight": srv.max_in_flight,
+                    "cpu_s": usage.ru_utime + usage.ru_stime,
+                }
+                print(json.dumps(stats), flush=True)
             elif command == "dump":
                 requests = srv.requests
                 with open(arg, "w") as f:

@@ -37,12 +37,12 @@ GOAL_TURN_PREFIX = "Here is where I stand"
 
 
 def expert_episodes(selector: str, per_scenario: int, max_turns: int, seed: int):
+    from episodes.jobs import self_play_jobs
     from episodes.runner import play
     from sotopia_env.env import EnvConfig
     from sotopia_env.evaluation import RuleBasedEvaluator
     from sotopia_env.library import load_library
     from training.experts import ScriptedExpert
-    from episodes.jobs import self_play_jobs
 
     library = load_library()
     jobs = self_play_jobs(library.select(selector), library, "training.experts:ScriptedExpert", per_scenario, seed)

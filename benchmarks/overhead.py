@@ -146,8 +146,9 @@ def mid_episode(setup, turns: int, at: int) -> tuple[SocialEnv, dict, dict]:
     obs, infos = env.reset()
     speak = AgentAction(action_type=ActionType.speak, argument="I hear you, but let us find a way that works.")
     for _ in range(at):
-        obs, _, _, _, infos = env.step({a: speak if infos[a]["acting"] else AgentAction(action_type="none")
-                                        for a in env.agents})
+        obs, _, _, _, infos = env.step(
+            {a: speak if infos[a]["acting"] else AgentAction(action_type="none") for a in env.agents}
+        )
     return env, obs, infos
 
 
@@ -173,8 +174,11 @@ def bench_pieces(setup, turns: int, n: int) -> list[tuple[str, float, str]]:
     available = list(ACTION_TYPES)
 
     rows = [
-        ("build_observation (one agent)", per_call(lambda: build_observation(
-            names[0], background, labels, env.turns, at, available), n), "env.step builds one per agent"),
+        (
+            "build_observation (one agent)",
+            per_call(lambda: build_observation(names[0], background, labels, env.turns, at, available), n),
+            "env.step builds one per agent",
+        ),
         ("Observation.from_env", per_call(lambda: Observation.from_env(obs[acting]), n), f"{at} history entries"),
         ("render_prompt", per_call(lambda: render_prompt(typed), n), "agents/prompt.py"),
         ("action_json_schema", per_call(lambda: action_json_schema(typed.available_actions), n), ""),
@@ -218,7 +222,9 @@ def bench_profile(setups: list, turns: int, top: int) -> None:
     total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
     rows = []
     for (filename, line, func), (_, ncalls, tottime, cumtime, _) in sorted(
-        stats.stats.items(), key=lambda kv: kv[1][2], reverse=True  # type: ignore[attr-defined]
+        stats.stats.items(),
+        key=lambda kv: kv[1][2],
+        reverse=True,  # type: ignore[attr-defined]
     )[:top]:
         where = _short(filename)
         rows.append((f"{where}:{line} {func}", ncalls, tottime * 1e3, 100 * tottime / total, cumtime * 1e3))
@@ -289,12 +295,26 @@ def main() -> None:
     wall, llm, played = bench_play(setups, turns, "scripted")
     rows.append(("play, ScriptedAgent", wall / played * 1e3, wall / n * 1e3, "-", played // n))
     wall, llm, played = bench_play(setups, turns, "llm")
-    rows.append(("play, LLMAgent + LLMEvaluator", (wall - llm) / played * 1e3, (wall - llm) / n * 1e3,
-                 llm / n * 1e3, played // n))
+    rows.append(
+        (
+            "play, LLMAgent + LLMEvaluator",
+            (wall - llm) / played * 1e3,
+            (wall - llm) / n * 1e3,
+            llm / n * 1e3,
+            played // n,
+        )
+    )
     for concurrency in (1, 64):
         wall, llm, played, cpu = bench_batch(setups, turns, concurrency)
-        rows.append((f"run_batch + SQLite, concurrency {concurrency}", (wall - llm) / played * 1e3,
-                     (wall - llm) / n * 1e3, llm / n * 1e3, played // n))
+        rows.append(
+            (
+                f"run_batch + SQLite, concurrency {concurrency}",
+                (wall - llm) / played * 1e3,
+                (wall - llm) / n * 1e3,
+                llm / n * 1e3,
+                played // n,
+            )
+        )
     print_table(
         "time per step and per episode, LLM time excluded",
         ["path", "ms / step", "ms / episode", "fake-LLM ms / episode", "turns / episode"],

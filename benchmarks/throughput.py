@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import tempfile
 import time
 from pathlib import Path
@@ -74,10 +75,9 @@ class HttpxOpenAI:
                 "json_schema": {"name": "action", "schema": request.json_schema, "strict": True},
             }
         start = time.perf_counter()
-        response = await self._client.post("/chat/completions", json=body)
-        if response.status_code != 200:
-            return Completion(text="", error=f"HTTP {response.status_code}")
-        data = response.json()
+        status, data = await self._post(body)
+        if status != 200:
+            return Completion(text="", error=f"HTTP {status}")
         usage = data.get("usage") or {}
         return Completion(
             text=data["choices"][0]["message"]["content"] or "",
@@ -86,8 +86,35 @@ class HttpxOpenAI:
             latency_s=time.perf_counter() - start,
         )
 
+    async def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
+        response = await self._client.post("/chat/completions", json=body)
+        return response.status_code, response.json() if response.status_code == 200 else None
+
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class AiohttpOpenAI(HttpxOpenAI):
+    """The same minimal client on one ``aiohttp.ClientSession`` (litellm's default transport is aiohttp too)."""
+
+    def __init__(self, model: str, api_base: str, max_connections: int) -> None:
+        self.model = model
+        self._url = api_base.rstrip("/") + "/chat/completions"
+        self._limit = max_connections
+        self._session: Any = None
+
+    async def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
+        import aiohttp
+
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._limit)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
+        async with self._session.post(self._url, json=body) as response:
+            return response.status, await response.json()
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
 
 def scripted_reply(request: ChatRequest) -> str:
@@ -105,9 +132,11 @@ def make_backend(kind: str, base_url: str, concurrency: int, latency: float) -> 
         return LiteLLMBackend("openai/loopback", api_base=base_url, max_concurrency=max(64, 2 * concurrency))
     if kind == "httpx":
         return HttpxOpenAI("loopback", base_url, max_connections=max(64, 2 * concurrency))
+    if kind == "aiohttp":
+        return AiohttpOpenAI("loopback", base_url, max_connections=max(64, 2 * concurrency))
     if kind == "scripted":
         return ScriptedBackend(scripted_reply, model="scripted", delay_s=latency)
-    raise SystemExit(f"unknown backend {kind!r} (litellm, httpx, scripted)")
+    raise SystemExit(f"unknown backend {kind!r} (litellm, httpx, aiohttp, scripted)")
 
 
 def run_level(
@@ -116,6 +145,7 @@ def run_level(
     setups = two_seat_setups(episodes)
     jobs = [Job(setup, ["loopback", "loopback"], repeat=i) for i, setup in enumerate(setups)]
     srv.reset()
+    server_cpu0 = srv.stats()["cpu_s"]
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(str(Path(tmp) / "episodes.db"))
 
@@ -140,9 +170,7 @@ def run_level(
         summary = asyncio.run(main())
         wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu0
         stored = store.count(tag="throughput")
-        llm_calls = sum(
-            sum(u.calls for u in log.usage.values()) for log in store.iter("throughput")
-        )
+        llm_calls = sum(sum(u.calls for u in log.usage.values()) for log in store.iter("throughput"))
         store.close()
     stats = srv.stats()
     if kind != "scripted":
@@ -164,6 +192,7 @@ def run_level(
         "cpu_ms_call": cpu / llm_calls * 1e3,
         "cpu_pct": 100 * cpu / wall,
         "in_flight": stats["max_in_flight"] if kind != "scripted" else "-",
+        "server_cpu_pct": 100 * (stats["cpu_s"] - server_cpu0) / wall if kind != "scripted" else float("nan"),
     }
 
 
@@ -175,6 +204,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--min-episodes", type=int, default=3)
     parser.add_argument("--waves", type=int, default=2, help="episodes = waves x concurrency")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() after the warm-up (move import-time objects out of GC)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -183,12 +215,15 @@ def main() -> None:
     levels = [int(c) for c in args.concurrency.split(",")]
     print(
         f"# Throughput vs concurrency ({args.turns} turns, round-robin, {args.latency * 1e3:.0f} ms per LLM call)"
-        f"\n\n{machine_line()}"
+        f"{', gc.freeze() after warm-up' if args.gc_freeze else ''}\n\n{machine_line()}"
     )
     rows = []
     with LoopbackProcess(args.latency) as srv:
         for kind in kinds:
             run_level(kind, srv, 2, 2, min(args.turns, 4), args.latency)  # warm-up: imports, first connections
+            if args.gc_freeze:
+                gc.collect()
+                gc.freeze()
             for concurrency in levels:
                 episodes = max(args.min_episodes, args.waves * concurrency)
                 r = run_level(kind, srv, concurrency, episodes, args.turns, args.latency)
@@ -204,6 +239,7 @@ def main() -> None:
                         f"{r['pct']:.0f}%",
                         r["cpu_ms_call"],
                         f"{r['cpu_pct']:.0f}%",
+                        "-" if r["server_cpu_pct"] != r["server_cpu_pct"] else f"{r['server_cpu_pct']:.0f}%",
                         r["in_flight"],
                     )
                 )
@@ -221,6 +257,7 @@ def main() -> None:
             "% of ideal",
             "client CPU ms / call",
             "client CPU % of wall",
+            "server CPU % of wall",
             "max in flight (server)",
         ],
         rows,

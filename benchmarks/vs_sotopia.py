@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from typing import Any
 
 import _common
 from _common import HERE, LoopbackProcess, distinct_setups, machine_line, print_table
+from stores import redis_url
 
 from agents.llm import LLMAgent
 from episodes.runner import Job, run_batch
@@ -151,7 +154,14 @@ def run_ours(srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: i
 
 
 def run_sotopia(
-    python: Path, srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: int, quiet: bool, tmp: Path
+    python: Path,
+    srv: LoopbackProcess,
+    setups: list[Any],
+    concurrency: int,
+    turns: int,
+    quiet: bool,
+    tmp: Path,
+    redis: str | None = None,
 ) -> dict[str, Any]:
     setups_file, out = tmp / "sotopia-setups.json", tmp / "sotopia-result.json"
     setups_file.write_text(json.dumps([sotopia_setup(s) for s in setups]))
@@ -169,10 +179,13 @@ def run_sotopia(
         "--out",
         str(out),
     ] + (["--quiet"] if quiet else [])
+    if redis is not None:
+        command += ["--storage", "redis", "--redis-url", redis]
     log = tmp / "sotopia-driver.log"
     start = time.perf_counter()
+    env = dict(os.environ, HOME=str(tmp))  # sotopia creates ~/.sotopia/data at import: keep it in the temp dir
     with open(log, "w") as f:
-        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT)
+        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, env=env)
     process_s = time.perf_counter() - start
     if done.returncode != 0:
         tail = "\n".join(log.read_text().strip().splitlines()[-15:])
@@ -268,6 +281,11 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--no-install", action="store_true", help="skip sotopia if its venv is not ready")
     parser.add_argument("--sotopia-quiet", action="store_true", help="turn sotopia's per-call INFO log off")
+    parser.add_argument(
+        "--sotopia-redis",
+        action="store_true",
+        help="store sotopia's episodes in Redis ($REDIS_URL or a local redis-server) instead of its JSON files",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -282,7 +300,8 @@ def main() -> None:
         print(f"\nsotopia: skipped (no venv with sotopia=={SOTOPIA_VERSION} at {args.venv}; run without --no-install)")
     setups = distinct_setups(args.episodes)
     runs: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = []
-    with LoopbackProcess(args.latency) as srv, tempfile.TemporaryDirectory() as tmp_name:
+    redis_cm = redis_url() if args.sotopia_redis else contextlib.nullcontext(None)
+    with LoopbackProcess(args.latency) as srv, tempfile.TemporaryDirectory() as tmp_name, redis_cm as redis:
         tmp = Path(tmp_name)
         run_ours(srv, distinct_setups(2), 2, 2)  # warm-up (imports, first connection) for our side
         for concurrency in levels:
@@ -292,7 +311,9 @@ def main() -> None:
                 if py is None:
                     result = run_ours(srv, setups, concurrency, args.turns)
                 else:
-                    result = run_sotopia(py, srv, setups, concurrency, args.turns, args.sotopia_quiet, tmp)
+                    result = run_sotopia(py, srv, setups, concurrency, args.turns, args.sotopia_quiet, tmp, redis)
+                    if result.get("first_save_error"):
+                        print(f"  sotopia could not store its episodes: {result['first_save_error']}")
                 dump = tmp / f"requests-{len(runs)}.jsonl"
                 srv.dump(dump)
                 runs.append((name, concurrency, result, analyse(dump, args.episodes, args.keep_turns)))

@@ -124,8 +124,12 @@ def labels_for(setup: EpisodeSetup, seat: int) -> dict[str, str]:
 
 
 def render_text(background: str, history: list[HistoryEntry], turn: int, available: list[str]) -> str:
+    return _render_text([h.render() for h in history], background, turn, available)
+
+
+def _render_text(lines: list[str], background: str, turn: int, available: list[str]) -> str:
     parts = [background, "", "Conversation so far:"]
-    parts += [h.render() for h in history] or ["(nothing yet)"]
+    parts += lines or ["(nothing yet)"]
     if available == [ActionType.none.value]:
         parts += ["", f"Turn #{turn}: it is not your turn."]
     else:
@@ -140,25 +144,23 @@ def build_observation(
 
     ``background`` and ``labels`` come from ``background_for`` and ``labels_for``.
     """
-    history = [
-        HistoryEntry(
-            turn=t.turn, agent=labels[t.agent], action_type=t.action.action_type.value, argument=t.action.argument
-        )
-        for t in turns
-    ]
+    # Rendered straight from the turns (the same text as ``HistoryEntry.render``): building a pydantic
+    # HistoryEntry per past turn, for each agent at each step, was most of an env step's cost.
     return {
         "agent": name,
         "turn": turn,
         "background": background,
         "history": tuple(
             {
-                "turn": h.turn,
-                "agent": h.agent,
-                "action_type": ACTION_TYPES.index(h.action_type),
-                "argument": h.argument,
+                "turn": t.turn,
+                "agent": labels[t.agent],
+                "action_type": ACTION_TYPES.index(t.action.action_type.value),
+                "argument": t.action.argument,
             }
-            for h in history
+            for t in turns
         ),
         "available_actions": np.array([a in available for a in ACTION_TYPES], dtype="int8"),
-        "text": render_text(background, history, turn, available),
+        "text": _render_text(
+            [f"Turn #{t.turn}: " + render_action(labels[t.agent], t.action) for t in turns], background, turn, available
+        ),
     }

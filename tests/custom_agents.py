@@ -19,3 +19,8 @@ class NoAct:
 class Crashing:
     async def act(self, observation):
         raise ZeroDivisionError("oops")
+
+
+class Quiet:
+    async def act(self, observation):
+        return AgentAction(action_type="non-verbal communication", argument="nods")

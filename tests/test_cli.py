@@ -124,7 +124,7 @@ def test_benchmark_both_seats_and_resume(tmp_path, library):
         "--model",
         "custom_agents:PoliteAgent",
         "--partner",
-        "custom_agents:PoliteAgent",
+        "custom_agents:Quiet",
         "--evaluator",
         "none",
         "--scenarios",
@@ -141,6 +141,13 @@ def test_benchmark_both_seats_and_resume(tmp_path, library):
     assert "4 episodes: 0 already done" in result.output
     result = invoke(*args)
     assert "4 episodes: 4 already done" in result.output
+    from episodes.store import open_store
+
+    seats = {tuple(a.model for a in log.agents) for log in open_store(store).query(tag="b")}
+    assert seats == {
+        ("custom_agents:PoliteAgent", "custom_agents:Quiet"),
+        ("custom_agents:Quiet", "custom_agents:PoliteAgent"),
+    }
 
 
 def test_import_of_a_broken_file_stores_nothing(tmp_path):

@@ -272,7 +272,7 @@ class LocalBackend:
     def _constraint(self, request: ChatRequest) -> xgr.CompiledGrammar | None:
         """The compiled grammar for a request's JSON schema or regex (cached), or None when unconstrained."""
         if request.json_schema is not None:
-            return self._grammar(json.dumps(request.json_schema, sort_keys=True), "json")
+            return self._grammar(json.dumps(request.json_schema), "json")  # xgrammar keeps the property order
         if request.regex is not None:
             return self._grammar(request.regex, "regex")
         return None

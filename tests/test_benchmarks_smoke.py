@@ -1,0 +1,62 @@
+"""Each benchmark script runs with ``--quick`` (tiny sizes) and prints its tables, so the scripts don't rot.
+
+The scripts run as subprocesses, all at once (a few seconds each, mostly imports); the figures themselves are
+not checked here: they live in benchmarks/README.md. ``vs_sotopia.py`` gets a venv path that does not exist,
+so it never installs sotopia from a test and runs our side only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
+    # script: (extra arguments, table titles that must be printed)
+    "overhead.py": ([], ["time per step and per episode", "cost of each piece", "memory", "cProfile"]),
+    "throughput.py": ([], ["episodes per minute vs concurrency"]),
+    "stores.py": (["--stores", "sqlite"], ["write and read rates"]),
+    "vs_sotopia.py": (["--venv", "/nonexistent/sotopia-bench-venv"], ["side by side", "prompt tokens"]),
+    "startup.py": ([], ["wall time of a fresh process", "python -X importtime"]),
+}
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[str, subprocess.CompletedProcess[str]]:
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / name), "--quick", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, (args, _) in SCRIPTS.items()
+    }
+    done = {}
+    for name, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_benchmark_script_runs_and_prints_its_tables(
+    script: str, outputs: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    result = outputs[script]
+    assert result.returncode == 0, f"{script} failed:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    for title in SCRIPTS[script][1]:
+        assert f"### {title}" in result.stdout, f"{script}: no table {title!r} in:\n{result.stdout[-3000:]}"
+    assert "load average" in result.stdout  # every run says under what load it was measured
+    assert "| ---" in result.stdout
