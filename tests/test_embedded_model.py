@@ -94,3 +94,23 @@ def test_eval_socialiqa_constrained_is_always_well_formed(embedded_model_path, t
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and all(r["format_valid"] for r in rows)
     assert "format-valid 1.000" in " ".join(result.output.split())
+
+
+def test_social_r1_llm_judge_with_the_embedded_model(embedded_model_path):
+    from training.rewards import JudgeError, LLMSIPJudge, SocialR1Config, make_social_r1_reward
+
+    judge = LLMSIPJudge(resolve_backend("smollm2-135m"), max_new_tokens=160)
+    completion = (
+        "<think>Cues: Alex looks away. Interpretation: Alex feels guilty. Goal: Alex wants forgiveness. "
+        "Response: apologise.</think><answer>(A) apologise</answer>"
+    )
+    reward = make_social_r1_reward(SocialR1Config(on_judge_error="outcome_only"), judge)
+    try:
+        judgement = judge.judge("Alex broke a vase.", completion)
+    except JudgeError as exc:  # an honest failure, never a silent 0
+        assert str(exc)
+    else:
+        assert 0.0 <= judgement.stages_in_order <= 1.0
+        assert all(0.0 <= v <= 1.0 for v in judgement.stage_scores.values())
+    (value,) = reward(["Alex broke a vase."], [completion], label=["1"])
+    assert isinstance(value, float) and value > 0  # correct answer, valid format: the outcome term counts
