@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -35,6 +36,11 @@ class _Failures(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -98,9 +104,9 @@ def main() -> None:
         await asyncio.gather(*(one(s) for s in setups))
 
     loop = asyncio.new_event_loop()
-    start = time.perf_counter()
+    cpu0, start = _cpu_seconds(), time.perf_counter()
     loop.run_until_complete(run())
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu0
     # litellm leaves background tasks behind that do not always finish when cancelled (asyncio.run then hangs
     # in its shutdown); they are listed in the result and the process exits without waiting for them.
     pending = sorted({repr(t.get_coro()).split(" at ")[0] for t in asyncio.all_tasks(loop) if not t.done()})
@@ -109,6 +115,7 @@ def main() -> None:
     result = {
         "episodes": len(setups),
         "wall_s": wall,
+        "cpu_s": cpu,
         "import_s": import_s,
         "turns_per_episode": sum(turns_played) / max(1, len(turns_played)),
         "saved": saved,

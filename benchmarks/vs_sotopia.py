@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import _common
-from _common import HERE, LoopbackProcess, distinct_setups, machine_line, print_table
+from _common import HERE, LoopbackProcess, cpu_seconds, distinct_setups, machine_line, print_table
 from stores import redis_url
 
 from agents.llm import LLMAgent
@@ -124,33 +124,39 @@ def sotopia_setup(setup: Any) -> dict[str, Any]:
 # --- the two runs -----------------------------------------------------------------------------------------------
 
 
-def run_ours(srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: int) -> dict[str, Any]:
-    from sotopia_env.backends.litellm_backend import LiteLLMBackend
+def run_ours(
+    srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: int, backend_kind: str = "litellm"
+) -> dict[str, Any]:
+    from throughput import make_backend
 
     jobs = [Job(setup, ["openai/loopback", "openai/loopback"]) for setup in setups]
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(str(Path(tmp) / "episodes.db"))
 
         async def main() -> Any:
-            backend = LiteLLMBackend("openai/loopback", api_base=srv.base_url, max_concurrency=max(64, 2 * concurrency))
-            return await run_batch(
-                jobs,
-                store,
-                "vs-sotopia",
-                LLMEvaluator(backend),
-                lambda spec, seat: LLMAgent(backend),
-                concurrency=concurrency,
-                config=EnvConfig(max_turns=turns),
-                progress=False,
-            )
+            backend = make_backend(backend_kind, srv.base_url, concurrency, 0.0)
+            try:
+                return await run_batch(
+                    jobs,
+                    store,
+                    "vs-sotopia",
+                    LLMEvaluator(backend),
+                    lambda spec, seat: LLMAgent(backend),
+                    concurrency=concurrency,
+                    config=EnvConfig(max_turns=turns),
+                    progress=False,
+                )
+            finally:
+                if hasattr(backend, "aclose"):
+                    await backend.aclose()
 
-        start = time.perf_counter()
+        cpu0, start = cpu_seconds(), time.perf_counter()
         summary = asyncio.run(main())
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu0
         saved = store.count(tag="vs-sotopia")
         turns_played = sum(len(log.turns) for log in store.iter("vs-sotopia")) / max(1, saved)
         store.close()
-    return {"wall_s": wall, "saved": saved, "rated": summary.rated, "turns_per_episode": turns_played}
+    return {"wall_s": wall, "cpu_s": cpu, "saved": saved, "rated": summary.rated, "turns_per_episode": turns_played}
 
 
 def run_sotopia(
@@ -278,6 +284,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--keep-turns", type=int, default=4, help="K for the trimmed-history estimate")
+    parser.add_argument(
+        "--our-backend",
+        default="litellm",
+        help="comma list: litellm (LiteLLMBackend, what users get) and/or aiohttp (throughput.py's minimal client)",
+    )
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--no-install", action="store_true", help="skip sotopia if its venv is not ready")
     parser.add_argument("--sotopia-quiet", action="store_true", help="turn sotopia's per-call INFO log off")
@@ -303,13 +314,19 @@ def main() -> None:
     redis_cm = redis_url() if args.sotopia_redis else contextlib.nullcontext(None)
     with LoopbackProcess(args.latency) as srv, tempfile.TemporaryDirectory() as tmp_name, redis_cm as redis:
         tmp = Path(tmp_name)
-        run_ours(srv, distinct_setups(2), 2, 2)  # warm-up (imports, first connection) for our side
+        ours = [k.strip() for k in args.our_backend.split(",") if k.strip()]
+        for kind in ours:
+            run_ours(srv, distinct_setups(2), 2, 2, kind)  # warm-up (imports, first connection) for our side
         for concurrency in levels:
-            sides = [("sotopia-env", None)] + ([(f"sotopia {SOTOPIA_VERSION}", python)] if python else [])
-            for name, py in sides:
+            sides: list[tuple[str, Path | None, str]] = [
+                ("sotopia-env" if kind == "litellm" else f"sotopia-env ({kind} client)", None, kind) for kind in ours
+            ]
+            if python is not None:
+                sides.append((f"sotopia {SOTOPIA_VERSION}", python, ""))
+            for name, py, kind in sides:
                 srv.reset()
                 if py is None:
-                    result = run_ours(srv, setups, concurrency, args.turns)
+                    result = run_ours(srv, setups, concurrency, args.turns, kind)
                 else:
                     result = run_sotopia(py, srv, setups, concurrency, args.turns, args.sotopia_quiet, tmp, redis)
                     if result.get("first_save_error"):
@@ -335,6 +352,7 @@ def main() -> None:
                 seen["calls_per_episode"],
                 result.get("turns_per_episode", float("nan")),
                 seen["all_words_per_episode"],
+                result["cpu_s"] / seen["requests"] * 1e3,
                 "-" if saved is None else f"{saved}/{args.episodes}",
             )
         )
@@ -350,14 +368,16 @@ def main() -> None:
             "LLM calls / episode",
             "turns / episode",
             "prompt tokens / episode",
+            "client CPU ms / call",
             "stored",
         ],
         rows,
-        note="prompt tokens = whitespace words of every message sent (agents + judge), as the server counts usage.",
+        note="prompt tokens = whitespace words of every message sent (agents + judge), as the server counts usage. "
+        "client CPU = the framework's process (all threads) during the run, per LLM call.",
     )
     token_rows = []
     for name, concurrency, _, seen in runs:
-        if concurrency != levels[0]:
+        if concurrency != levels[0] or name.startswith("sotopia-env ("):  # same prompts as the litellm row
             continue
         token_rows.append(
             (

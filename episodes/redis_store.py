@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import redis
 
 from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError, check_status, created_timestamp, load_stored
+from episodes.store import StoreError, check_status, created_timestamp, gc_paused, load_stored
 
 _BATCH = 200
 
@@ -191,7 +191,8 @@ class RedisStore:
             chunk = ids[start : start + _BATCH]
             with self._guard():
                 raws = self._redis.mget([self._ep(i) for i in chunk])
-            out.extend(self._parse(i, raw) for i, raw in zip(chunk, raws, strict=True) if raw is not None)
+            with gc_paused():
+                out.extend(self._parse(i, raw) for i, raw in zip(chunk, raws, strict=True) if raw is not None)
         return out
 
     def _parse(self, episode_id: str, raw: str) -> EpisodeLog:

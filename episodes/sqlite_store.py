@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError, check_status, created_timestamp, load_stored
+from episodes.store import StoreError, check_status, created_timestamp, gc_paused, load_stored
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -195,7 +195,8 @@ class SQLiteStore:
         where, params = _where(tag, model, scenario, status)
         sql = f"SELECT id, data FROM episodes{where} ORDER BY created_ts, id LIMIT ? OFFSET ?"
         rows = self._select(sql, [*params, -1 if limit is None else limit, offset])
-        return [self._load(*row) for row in rows]
+        with gc_paused():
+            return [self._load(*row) for row in rows]
 
     def count(
         self, tag: str | None = None, model: str | None = None, scenario: str | None = None, status: str | None = None

@@ -63,4 +63,3 @@ def benchmark(
         json_out.write_text(json.dumps(rep.to_dict(), indent=2))
     if png:
         plot_report(rep, str(png))
-

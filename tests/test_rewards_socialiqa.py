@@ -277,9 +277,7 @@ def write_jsonl(tmp_path: Path, *lines: str) -> Path:
 
 
 def test_load_skips_blank_lines_and_ignores_extra_fields(tmp_path: Path) -> None:
-    path = write_jsonl(
-        tmp_path, json.dumps(ROW), "", json.dumps({**ROW, "label": "3", "promptDim": "wanted"})
-    )
+    path = write_jsonl(tmp_path, json.dumps(ROW), "", json.dumps({**ROW, "label": "3", "promptDim": "wanted"}))
     items = load_socialiqa(path)
     assert [i.answer_letter for i in items] == ["A", "C"]
     assert items[0].options == ("work at the jail", "So Robin can eat", "release her")

@@ -46,6 +46,7 @@ class ReportCache:
 
     def warm(self) -> None:
         """Build the index and the all-tags report in the background (also loads scipy)."""
+
         def run() -> None:
             with contextlib.suppress(StoreError):  # the next request reports it
                 self.report(None)

@@ -34,8 +34,18 @@ def list_query(
     limit: int = Query(50, ge=1, le=MAX_LIMIT),
 ) -> ListQuery:
     """The list's query parameters, shared by the page and the JSON; empty values mean 'any'."""
-    q = ListQuery(tag or None, model or None, scenario or None, split or None, status or None,
-                  sort or "created", seat or "mean", order, offset, limit)
+    q = ListQuery(
+        tag or None,
+        model or None,
+        scenario or None,
+        split or None,
+        status or None,
+        sort or "created",
+        seat or "mean",
+        order,
+        offset,
+        limit,
+    )
     try:
         q.check()
     except ValueError as exc:
@@ -50,8 +60,16 @@ def list_page(q: ListQuery = Depends(list_query), v: Viewer = Depends(viewer)) -
     dims = SOTOPIA + [d for d in facets["dimensions"] if d not in SOTOPIA]
     columns = [d for d in ("goal", "overall") if d != q.sort] + ([q.sort] if q.sort != "created" else [])
     return v.html(
-        "list.html", q=q, page=page, facets=facets, splits=sorted({*SPLITS, *facets["splits"]}), statuses=STATUSES,
-        sorts=["created", "overall", *dims], seats=SEAT_CHOICES, max_limit=MAX_LIMIT, score_columns=columns,
+        "list.html",
+        q=q,
+        page=page,
+        facets=facets,
+        splits=sorted({*SPLITS, *facets["splits"]}),
+        statuses=STATUSES,
+        sorts=["created", "overall", *dims],
+        seats=SEAT_CHOICES,
+        max_limit=MAX_LIMIT,
+        score_columns=columns,
     )
 
 
@@ -64,8 +82,14 @@ def list_json(q: ListQuery = Depends(list_query), v: Viewer = Depends(viewer)) -
 def episode_page(episode_id: str, v: Viewer = Depends(viewer)) -> HTMLResponse:
     log = v.load(episode_id)
     return v.html(
-        "episode.html", log=log, seats=ep.seats(log), lines=ep.transcript(log), rows=ep.score_rows(log),
-        overall=ep.overall(log), relationship=relationship_of(log.setup).name, kinds=KINDS,
+        "episode.html",
+        log=log,
+        seats=ep.seats(log),
+        lines=ep.transcript(log),
+        rows=ep.score_rows(log),
+        overall=ep.overall(log),
+        relationship=relationship_of(log.setup).name,
+        kinds=KINDS,
     )
 
 

@@ -97,9 +97,7 @@ class RuleBasedSIPJudge:
     min_section_words: int = 8
 
     def _position(self, stage: str, reasoning: str) -> int | None:
-        hits = [
-            m.start() for p in self.markers.get(stage, ()) if (m := re.search(p, reasoning, re.IGNORECASE))
-        ]
+        hits = [m.start() for p in self.markers.get(stage, ()) if (m := re.search(p, reasoning, re.IGNORECASE))]
         return min(hits, default=None)
 
     def judge(self, context: str, reasoning: str) -> StageJudgement:
@@ -149,11 +147,7 @@ JUDGE_SCHEMA: dict[str, Any] = {
 def parse_judgement(text: str) -> StageJudgement:
     """Parse a judge's JSON reply (lightly repaired); JudgeError if fields are missing or out of range."""
     data = json_repair.loads(text)
-    if (
-        not isinstance(data, dict)
-        or "stages_in_order" not in data
-        or not isinstance(data.get("stage_scores"), dict)
-    ):
+    if not isinstance(data, dict) or "stages_in_order" not in data or not isinstance(data.get("stage_scores"), dict):
         raise JudgeError(f"judge reply lacks 'stages_in_order' or 'stage_scores': {text[:200]!r}")
     scores = data["stage_scores"]
     missing = [stage for stage in STAGES if stage not in scores]

@@ -89,9 +89,7 @@ def label_letter(label: object, letters: str = LETTERS) -> str:
             return text
         if text.isascii() and text.isdigit() and 1 <= int(text) <= len(letters):
             return letters[int(text) - 1]
-    raise ValueError(
-        f"invalid answer label {label!r}: expected 1..{len(letters)} or {letters[0]}..{letters[-1]}"
-    )
+    raise ValueError(f"invalid answer label {label!r}: expected 1..{len(letters)} or {letters[0]}..{letters[-1]}")
 
 
 @dataclass(frozen=True)

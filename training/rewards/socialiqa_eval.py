@@ -59,9 +59,7 @@ def evaluate_socialiqa(
     if not items:
         raise ValueError("no items to evaluate")
     config = config or SocialIQaRewardConfig()
-    results = [
-        _item_result(i, it, c, config) for i, (it, c) in enumerate(zip(items, completions, strict=True))
-    ]
+    results = [_item_result(i, it, c, config) for i, (it, c) in enumerate(zip(items, completions, strict=True))]
     n = len(results)
     correct = sum(r["correct"] for r in results)
     return {

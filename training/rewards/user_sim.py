@@ -128,9 +128,7 @@ def _records(records: Iterable[ResponseRecord | Mapping[str, Any]]) -> list[Resp
     parsed = []
     for index, record in enumerate(records):
         try:
-            parsed.append(
-                record if isinstance(record, ResponseRecord) else ResponseRecord.model_validate(record)
-            )
+            parsed.append(record if isinstance(record, ResponseRecord) else ResponseRecord.model_validate(record))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(record)"
