@@ -124,6 +124,33 @@ def scripted_reply(request: ChatRequest) -> str:
     return SPEAK
 
 
+def timed_batch(
+    jobs: list[Any], store: Any, tag: str, kind: str, base_url: str, concurrency: int, latency: float, turns: int
+) -> tuple[Any, float, float]:
+    """Run ``jobs`` with agents and judge on one ``kind`` backend; (summary, wall seconds, CPU seconds)."""
+
+    async def main() -> Any:
+        backend = make_backend(kind, base_url, concurrency, latency)
+        try:
+            return await run_batch(
+                jobs,
+                store,
+                tag,
+                LLMEvaluator(backend),
+                lambda spec, seat: LLMAgent(backend),
+                concurrency=concurrency,
+                config=EnvConfig(max_turns=turns),
+                progress=False,
+            )
+        finally:
+            if hasattr(backend, "aclose"):
+                await backend.aclose()
+
+    cpu0, start = cpu_seconds(), time.perf_counter()
+    summary = asyncio.run(main())
+    return summary, time.perf_counter() - start, cpu_seconds() - cpu0
+
+
 def make_backend(kind: str, base_url: str, concurrency: int, latency: float) -> Any:
     if kind == "litellm":
         from sotopia_env.backends.litellm_backend import LiteLLMBackend
@@ -149,26 +176,7 @@ def run_level(
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(str(Path(tmp) / "episodes.db"))
 
-        async def main() -> Any:
-            backend = make_backend(kind, srv.base_url, concurrency, latency)
-            try:
-                return await run_batch(
-                    jobs,
-                    store,
-                    "throughput",
-                    LLMEvaluator(backend),
-                    lambda spec, seat: LLMAgent(backend),
-                    concurrency=concurrency,
-                    config=EnvConfig(max_turns=turns),
-                    progress=False,
-                )
-            finally:
-                if hasattr(backend, "aclose"):
-                    await backend.aclose()
-
-        cpu0, start = cpu_seconds(), time.perf_counter()
-        summary = asyncio.run(main())
-        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu0
+        summary, wall, cpu = timed_batch(jobs, store, "throughput", kind, srv.base_url, concurrency, latency, turns)
         stored = store.count(tag="throughput")
         llm_calls = sum(sum(u.calls for u in log.usage.values()) for log in store.iter("throughput"))
         store.close()

@@ -29,7 +29,6 @@ says what that costs and what two remedies would save:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -43,14 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import _common
-from _common import HERE, LoopbackProcess, cpu_seconds, distinct_setups, machine_line, print_table
+from _common import HERE, LoopbackProcess, distinct_setups, machine_line, print_table
 from stores import redis_url
 
-from agents.llm import LLMAgent
-from episodes.runner import Job, run_batch
+from episodes.runner import Job
 from episodes.sqlite_store import SQLiteStore
-from sotopia_env.env import EnvConfig
-from sotopia_env.llm_evaluator import LLMEvaluator
 
 _ = _common
 SOTOPIA_VERSION = "0.1.5"
@@ -127,32 +123,13 @@ def sotopia_setup(setup: Any) -> dict[str, Any]:
 def run_ours(
     srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: int, backend_kind: str = "litellm"
 ) -> dict[str, Any]:
-    from throughput import make_backend
+    from throughput import timed_batch
 
     jobs = [Job(setup, ["openai/loopback", "openai/loopback"]) for setup in setups]
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(str(Path(tmp) / "episodes.db"))
 
-        async def main() -> Any:
-            backend = make_backend(backend_kind, srv.base_url, concurrency, 0.0)
-            try:
-                return await run_batch(
-                    jobs,
-                    store,
-                    "vs-sotopia",
-                    LLMEvaluator(backend),
-                    lambda spec, seat: LLMAgent(backend),
-                    concurrency=concurrency,
-                    config=EnvConfig(max_turns=turns),
-                    progress=False,
-                )
-            finally:
-                if hasattr(backend, "aclose"):
-                    await backend.aclose()
-
-        cpu0, start = cpu_seconds(), time.perf_counter()
-        summary = asyncio.run(main())
-        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu0
+        summary, wall, cpu = timed_batch(jobs, store, "vs-sotopia", backend_kind, srv.base_url, concurrency, 0.0, turns)
         saved = store.count(tag="vs-sotopia")
         turns_played = sum(len(log.turns) for log in store.iter("vs-sotopia")) / max(1, saved)
         store.close()
