@@ -46,6 +46,7 @@ from _common import HERE, LoopbackProcess, distinct_setups, machine_line, print_
 from stores import redis_url
 
 from episodes.runner import Job
+from episodes.sotopia_format import character_to_sotopia
 from episodes.sqlite_store import SQLiteStore
 
 _ = _common
@@ -89,23 +90,9 @@ def sotopia_setup(setup: Any) -> dict[str, Any]:
     """One of our EpisodeSetups as the fields of sotopia's EnvironmentProfile and AgentProfiles."""
 
     def agent(c: Any) -> dict[str, Any]:
-        big_five = "; ".join(f"{k}: {v}" for k, v in c.big_five.model_dump().items())
-        return {
-            "first_name": c.first_name,
-            "last_name": c.last_name,
-            "age": c.age,
-            "occupation": c.occupation,
-            "gender": c.gender,
-            "gender_pronoun": c.pronouns,
-            "public_info": c.public_info,
-            "big_five": big_five,
-            "moral_values": list(c.moral_values),
-            "schwartz_personal_values": list(c.schwartz_values),
-            "personality_and_values": f"Big Five: {big_five}. Moral values: {', '.join(c.moral_values)}. "
-            f"Values: {', '.join(c.schwartz_values)}.",
-            "decision_making_style": c.decision_making_style,
-            "secret": c.secret,
-        }
+        profile = character_to_sotopia(c)
+        summary = f"Big Five: {profile['big_five']}. Moral values: {', '.join(c.moral_values)}. "
+        return profile | {"personality_and_values": summary + f"Values: {', '.join(c.schwartz_values)}."}
 
     relationship = setup.relationship.relationship if setup.relationship is not None else setup.scenario.relationship
     return {
