@@ -45,17 +45,22 @@ def _validation_message(path: Path, section: str, label: str, err: ValidationErr
     return f"{path}: {section} {label}, field '{where}': {first['msg']}{more}"
 
 
-def parse_file(path: Path) -> dict[str, list[BaseModel]]:
-    """Validate one YAML file; raise LibraryError on the first problem."""
+def read_yaml(path: Path, error: type[Exception] = ValueError) -> object:
+    """Parse a YAML file; an unreadable file or bad YAML raises ``error`` with one line naming file and line."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise LibraryError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+        raise error(f"{path}: cannot read file: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise LibraryError(f"{path}:{line} invalid YAML: {problem}") from None
+        raise error(f"{path}:{line} invalid YAML: {problem}") from None
+
+
+def parse_file(path: Path) -> dict[str, list[BaseModel]]:
+    """Validate one YAML file; raise LibraryError on the first problem."""
+    raw = read_yaml(path, LibraryError)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

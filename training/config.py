@@ -155,15 +155,7 @@ def _check_values(c: PipelineConfig) -> None:
 
 def load_config(path: str | Path) -> PipelineConfig:
     """Read and validate a YAML pipeline config."""
-    import yaml
+    from sotopia_env.library import read_yaml
 
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read file: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    return parse_config(raw, str(path))
+    return parse_config(read_yaml(path, ConfigError), str(path))
