@@ -6,7 +6,7 @@ import asyncio
 
 from episodes.log import UsageRecord
 from episodes.store import EpisodeStore
-from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator
+from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
 
 
 async def rate_stored(
@@ -20,10 +20,7 @@ async def rate_stored(
     async def one(log) -> None:
         async with semaphore:
             context = EpisodeContext(setup=log.setup, turns=log.turns, termination_reason=log.termination_reason or "")
-            try:
-                rating = await evaluator.aevaluate(context)
-            except Exception as exc:
-                rating = EpisodeRating(evaluator=getattr(evaluator, "name", "?"), error=f"{type(exc).__name__}: {exc}")
+            rating = await aevaluate_safely(evaluator, context)
             log.rating = rating
             log.status = "rated" if rating.rated else "unrated"
             if rating.usage:

@@ -14,7 +14,7 @@ from episodes.log import AgentSpec, EpisodeLog, UsageRecord, combo_key
 from episodes.store import EpisodeStore
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
-from sotopia_env.evaluation import EpisodeRating, Evaluator
+from sotopia_env.evaluation import Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
 from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn
@@ -50,13 +50,6 @@ async def _act(agent: Agent, observation: Observation) -> AgentAction:
         return AgentAction.failed(f"{type(agent).__name__} raised {type(exc).__name__}: {exc}")
 
 
-async def evaluate_safely(evaluator: Evaluator, env: SocialEnv) -> EpisodeRating:
-    try:
-        return await evaluator.aevaluate(env.context())
-    except Exception as exc:  # an evaluator bug leaves the episode unrated, never lost
-        return EpisodeRating(evaluator=getattr(evaluator, "name", "?"), error=f"{type(exc).__name__}: {exc}")
-
-
 async def play(
     setup: EpisodeSetup,
     agents: Sequence[Agent],
@@ -84,7 +77,7 @@ async def play(
         if on_turn is not None:
             for turn in env.turns[before:]:
                 on_turn(turn)
-    rating = await evaluate_safely(evaluator, env) if evaluator is not None else None
+    rating = await aevaluate_safely(evaluator, env.context()) if evaluator is not None else None
     specs = list(specs) if specs is not None else [getattr(a, "model", type(a).__name__) for a in agents]
     usage = {name: _usage_record(agent) for name, agent in by_name.items()}
     if rating is not None and rating.usage:

@@ -146,6 +146,18 @@ class Evaluator(Protocol):
     def evaluate(self, context: EpisodeContext) -> EpisodeRating: ...
 
 
+def failed_rating(evaluator: object, exc: BaseException) -> EpisodeRating:
+    """The unrated result of an evaluator that raised: the episode keeps its transcript, never a score of 0."""
+    return EpisodeRating(evaluator=getattr(evaluator, "name", "?"), error=f"{type(exc).__name__}: {exc}")
+
+
+async def aevaluate_safely(evaluator: Evaluator, context: EpisodeContext) -> EpisodeRating:
+    try:
+        return await evaluator.aevaluate(context)
+    except Exception as exc:  # an evaluator bug leaves the episode unrated, never lost
+        return failed_rating(evaluator, exc)
+
+
 class SyncFromAsync:
     """Mixin: ``evaluate`` runs ``aevaluate`` to completion, also from inside a running event loop."""
 

@@ -115,3 +115,24 @@ def test_sigkill_midway_then_resume_loses_and_duplicates_nothing(tmp_path):
     for log in after:  # nothing finished before the kill was lost or changed
         if log.id in before:
             assert log == before[log.id]
+
+
+def test_rate_stored_rerates_unrated_and_keeps_failures_honest(tmp_path):
+    from episodes.rate import rate_stored
+
+    class Exploding(RuleBasedEvaluator):
+        async def aevaluate(self, context):
+            raise RuntimeError("judge crashed")
+
+    store = open_store(str(tmp_path / "eps.db"))
+    jobs = batch_worker.jobs(2)
+    asyncio.run(
+        run_batch(
+            jobs, store, "r", FlakyEvaluator({j.setup.scenario.id for j in jobs}), scripted_factory(), progress=False
+        )
+    )
+    assert store.count(tag="r", status="unrated") == 2
+    assert asyncio.run(rate_stored(store, Exploding(), tag="r")) == {"rated": 0, "unrated": 2}
+    assert all("judge crashed" in log.rating.error for log in store.query(tag="r"))
+    assert asyncio.run(rate_stored(store, RuleBasedEvaluator(), tag="r")) == {"rated": 2, "unrated": 0}
+    assert store.count(tag="r", status="rated") == 2 and store.count(tag="r") == 2
