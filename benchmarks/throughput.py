@@ -1,7 +1,7 @@
 """Throughput against a latency-bound LLM server: episodes per minute at concurrency 1, 8, 64, 256.
 
-    python benchmarks/throughput.py                                   # litellm, 200 ms per call
-    python benchmarks/throughput.py --backend litellm,httpx,scripted  # locate client overhead
+    python benchmarks/throughput.py                                   # http, 200 ms per call
+    python benchmarks/throughput.py --backend http,litellm,scripted   # locate client overhead
     python benchmarks/throughput.py --quick                           # tiny sizes (the smoke test)
 
 A loopback OpenAI-compatible server (``tests/loopback_openai.py``, run in a child process by
@@ -12,8 +12,10 @@ the ``LLMEvaluator`` go through the backend under test; ``episodes.runner.run_ba
 
 The ideal is latency bound: ``concurrency x 60 s / (LLM calls per episode x latency)``. Backends:
 
-- ``litellm``: ``LiteLLMBackend("openai/loopback", api_base=...)`` (what users run);
-- ``httpx``: a minimal OpenAI client on one ``httpx.AsyncClient`` (no litellm), to size litellm's share;
+- ``http``: ``resolve_backend("loopback", api_base=...)``, i.e. ``OpenAIHTTPBackend`` (what users get
+  for a server at an ``--api-base``);
+- ``litellm``: ``LiteLLMBackend("openai/loopback", api_base=...)`` (what ``litellm:`` specs and hosted
+  providers go through);
 - ``scripted``: ``ScriptedBackend(delay_s=latency)``, no HTTP at all: the framework's own ceiling.
 
 "client CPU ms / call" is this process's CPU time (all threads) divided by LLM calls: the cost of one call
@@ -38,83 +40,13 @@ from _loopback_server import SPEAK, our_rating
 from agents.llm import LLMAgent
 from episodes.runner import Job, run_batch
 from episodes.sqlite_store import SQLiteStore
-from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.base import ChatRequest
+from sotopia_env.backends.resolve import release_backends, resolve_backend
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
 from sotopia_env.llm_evaluator import LLMEvaluator
 
 _ = _common
-
-
-class HttpxOpenAI:
-    """The least an OpenAI chat-completions client can be: one pooled ``httpx.AsyncClient``, no retries."""
-
-    def __init__(self, model: str, api_base: str, max_connections: int) -> None:
-        import httpx
-
-        self.model = model
-        self._client = httpx.AsyncClient(
-            base_url=api_base,
-            timeout=60.0,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
-
-    async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        return list(await asyncio.gather(*(self._one(r) for r in requests)))
-
-    async def _one(self, request: ChatRequest) -> Completion:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": request.messages,
-            "temperature": request.temperature,
-            "max_tokens": request.max_new_tokens,
-        }
-        if request.json_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "action", "schema": request.json_schema, "strict": True},
-            }
-        start = time.perf_counter()
-        status, data = await self._post(body)
-        if status != 200:
-            return Completion(text="", error=f"HTTP {status}")
-        usage = data.get("usage") or {}
-        return Completion(
-            text=data["choices"][0]["message"]["content"] or "",
-            prompt_tokens=usage.get("prompt_tokens", 0),
-            completion_tokens=usage.get("completion_tokens", 0),
-            latency_s=time.perf_counter() - start,
-        )
-
-    async def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
-        response = await self._client.post("/chat/completions", json=body)
-        return response.status_code, response.json() if response.status_code == 200 else None
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-class AiohttpOpenAI(HttpxOpenAI):
-    """The same minimal client on one ``aiohttp.ClientSession`` (litellm's default transport is aiohttp too)."""
-
-    def __init__(self, model: str, api_base: str, max_connections: int) -> None:
-        self.model = model
-        self._url = api_base.rstrip("/") + "/chat/completions"
-        self._limit = max_connections
-        self._session: Any = None
-
-    async def _post(self, body: dict[str, Any]) -> tuple[int, Any]:
-        import aiohttp
-
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
-        async with self._session.post(self._url, json=body) as response:
-            return response.status, await response.json()
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
 
 
 def scripted_reply(request: ChatRequest) -> str:
@@ -145,6 +77,7 @@ def timed_batch(
         finally:
             if hasattr(backend, "aclose"):
                 await backend.aclose()
+            release_backends()
 
     cpu0, start = cpu_seconds(), time.perf_counter()
     summary = asyncio.run(main())
@@ -152,18 +85,15 @@ def timed_batch(
 
 
 def make_backend(kind: str, base_url: str, concurrency: int, latency: float) -> Any:
+    # the backend's semaphore is per (model, api_base) and per event loop: raise it above the concurrency
+    limit = max(64, 2 * concurrency)
+    if kind == "http":
+        return resolve_backend("loopback", api_base=base_url, max_concurrency=limit)
     if kind == "litellm":
-        from sotopia_env.backends.litellm_backend import LiteLLMBackend
-
-        # the backend's semaphore is per (model, api_base) and per event loop: raise it above the concurrency
-        return LiteLLMBackend("openai/loopback", api_base=base_url, max_concurrency=max(64, 2 * concurrency))
-    if kind == "httpx":
-        return HttpxOpenAI("loopback", base_url, max_connections=max(64, 2 * concurrency))
-    if kind == "aiohttp":
-        return AiohttpOpenAI("loopback", base_url, max_connections=max(64, 2 * concurrency))
+        return resolve_backend("litellm:openai/loopback", api_base=base_url, max_concurrency=limit)
     if kind == "scripted":
         return ScriptedBackend(scripted_reply, model="scripted", delay_s=latency)
-    raise SystemExit(f"unknown backend {kind!r} (litellm, httpx, aiohttp, scripted)")
+    raise SystemExit(f"unknown backend {kind!r} (http, litellm, scripted)")
 
 
 def run_level(
@@ -206,7 +136,7 @@ def run_level(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", default="litellm", help="comma list of: litellm, httpx, scripted")
+    parser.add_argument("--backend", default="http", help="comma list of: http, litellm, scripted")
     parser.add_argument("--concurrency", default="1,8,64,256", help="comma list")
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the server takes per call")
     parser.add_argument("--turns", type=int, default=20)

@@ -108,7 +108,7 @@ def sotopia_setup(setup: Any) -> dict[str, Any]:
 
 
 def run_ours(
-    srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: int, backend_kind: str = "litellm"
+    srv: LoopbackProcess, setups: list[Any], concurrency: int, turns: int, backend_kind: str = "http"
 ) -> dict[str, Any]:
     from throughput import timed_batch
 
@@ -250,8 +250,8 @@ def main() -> None:
     parser.add_argument("--keep-turns", type=int, default=4, help="K for the trimmed-history estimate")
     parser.add_argument(
         "--our-backend",
-        default="litellm",
-        help="comma list: litellm (LiteLLMBackend, what users get) and/or aiohttp (throughput.py's minimal client)",
+        default="http",
+        help="comma list: http (OpenAIHTTPBackend, what users get with an --api-base) and/or litellm",
     )
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--no-install", action="store_true", help="skip sotopia if its venv is not ready")
@@ -283,7 +283,7 @@ def main() -> None:
             run_ours(srv, distinct_setups(2), 2, 2, kind)  # warm-up (imports, first connection) for our side
         for concurrency in levels:
             sides: list[tuple[str, Path | None, str]] = [
-                ("sotopia-env" if kind == "litellm" else f"sotopia-env ({kind} client)", None, kind) for kind in ours
+                ("sotopia-env" if kind == "http" else f"sotopia-env ({kind} client)", None, kind) for kind in ours
             ]
             if python is not None:
                 sides.append((f"sotopia {SOTOPIA_VERSION}", python, ""))
@@ -341,7 +341,7 @@ def main() -> None:
     )
     token_rows = []
     for name, concurrency, _, seen in runs:
-        if concurrency != levels[0] or name.startswith("sotopia-env ("):  # same prompts as the litellm row
+        if concurrency != levels[0] or name.startswith("sotopia-env ("):  # same prompts as the first row
             continue
         token_rows.append(
             (

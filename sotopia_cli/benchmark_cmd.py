@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, user_errors
+from sotopia_cli.common import console, freeze_startup_objects, user_errors
 from sotopia_cli.options import ApiBase, Dimensions, ScenariosDir, Store, library, make_evaluator
 
 
@@ -48,6 +48,7 @@ def benchmark(
     tag = tag or f"benchmark-{model}-vs-{partner}"
     st = open_store_or_fail(store)
     factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base)
+    freeze_startup_objects()
     summary = asyncio.run(
         run_batch(jobs, st, tag, judge, factory, concurrency, EnvConfig(max_turns=max_turns), rerun_failed)
     )

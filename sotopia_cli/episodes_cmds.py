@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, fail, user_errors
+from sotopia_cli.common import console, fail, freeze_startup_objects, user_errors
 from sotopia_cli.options import ApiBase, Dimensions, Store
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
@@ -159,6 +159,7 @@ def evaluate(
         judge = make_evaluator(evaluator, dimensions, api_base)
     if judge is None:
         raise fail("--evaluator none cannot rate episodes")
+    freeze_startup_objects()
     counts = asyncio.run(rate_stored(st, judge, tag=tag, only_unrated=unrated, concurrency=concurrency))
     console.print(f"rated {counts['rated']}, still unrated {counts['unrated']}")
 

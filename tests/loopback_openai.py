@@ -72,6 +72,7 @@ class LoopbackOpenAI:
         self._headers: list[dict[str, str]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.connections = 0  # TCP connections accepted (keep-alive reuse shows as fewer connections than calls)
         self._server = _Server(("127.0.0.1", 0), _Handler, request_queue_size)
         self._server.owner = self
         self._thread: threading.Thread | None = None
@@ -184,6 +185,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        owner = self.server.owner
+        with owner._lock:
+            owner.connections += 1
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()

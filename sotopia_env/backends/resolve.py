@@ -7,8 +7,10 @@ Specs:
 - a directory holding a trained model reference (``sotopia_model.json``) or a
   transformers model: the local backend;
 - ``scripted``: not resolvable here (tests build ``ScriptedBackend`` directly);
-- anything else: a litellm model string (``gpt-4o-mini``, ``openai/<name>`` with
-  ``api_base`` for an OpenAI-compatible server, ``ollama/llama3``, ...).
+- with an ``api_base``: an OpenAI-compatible server (vLLM, llama.cpp, SGLang), served by the lean
+  aiohttp client (``openai_http.OpenAIHTTPBackend``), unless the spec names a litellm provider with a
+  protocol of its own (``ollama/llama3``, ``anthropic/...``) or starts with ``litellm:`` (forces litellm);
+- anything else: a litellm model string (``gpt-4o-mini``, ``anthropic/claude-...``, ``ollama/llama3``, ...).
 
 Backends are shared per (spec, api_base), so two agents on the same local
 model share one copy of the weights and one batch.
@@ -22,6 +24,24 @@ from typing import Any
 from sotopia_env.backends.base import Backend
 
 _shared: dict[tuple, Backend] = {}
+
+# litellm providers that speak a protocol of their own at an api_base; any other prefix at an api_base
+# (none, ``openai/``, ``hosted_vllm/``, a hub organisation like ``Qwen/``) is an OpenAI-compatible server.
+LITELLM_NATIVE_PROVIDERS = frozenset(
+    {
+        "anthropic", "azure", "azure_ai", "bedrock", "cloudflare", "cohere", "cohere_chat", "databricks",
+        "gemini", "groq", "huggingface", "mistral", "ollama", "ollama_chat", "palm", "predibase", "replicate",
+        "sagemaker", "text-completion-openai", "together_ai", "triton", "vertex_ai", "watsonx",
+    }
+)  # fmt: skip
+
+
+def uses_openai_http(spec: str, api_base: str | None) -> bool:
+    """Whether ``spec`` at ``api_base`` goes to the lean OpenAI-protocol client rather than litellm."""
+    if api_base is None or spec.startswith("litellm:"):
+        return False
+    prefix, slash, _ = spec.partition("/")
+    return not slash or prefix not in LITELLM_NATIVE_PROVIDERS
 
 
 def is_local_spec(spec: str) -> bool:
@@ -51,9 +71,13 @@ def resolve_backend(spec: str, api_base: str | None = None, api_key: str | None 
         from sotopia_env.backends.local import LocalBackend
 
         backend: Backend = LocalBackend.from_spec(spec.removeprefix("local:"), **options)
+    elif uses_openai_http(spec, api_base):
+        from sotopia_env.backends.openai_http import OpenAIHTTPBackend
+
+        backend = OpenAIHTTPBackend(spec, api_base=str(api_base), api_key=api_key, **options)
     else:
         from sotopia_env.backends.litellm_backend import LiteLLMBackend
 
-        backend = LiteLLMBackend(spec, api_base=api_base, api_key=api_key, **options)
+        backend = LiteLLMBackend(spec.removeprefix("litellm:"), api_base=api_base, api_key=api_key, **options)
     _shared[key] = backend
     return backend

@@ -1,4 +1,5 @@
-"""LiteLLMBackend against a real OpenAI-compatible server on loopback (litellm itself is not patched)."""
+"""The chat-server backends (litellm, and the lean aiohttp client) against a real OpenAI-compatible server on
+loopback; neither litellm nor aiohttp is patched. Every behaviour test runs on both."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from loopback_openai import LoopbackOpenAI, Reply
 
 from sotopia_env.backends.base import ChatRequest, Completion
 from sotopia_env.backends.litellm_backend import LiteLLMBackend
+from sotopia_env.backends.openai_http import OpenAIHTTPBackend
+from sotopia_env.backends.remote import RemoteBackend
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -46,9 +49,18 @@ def server() -> Iterator[Server]:
         srv.close()
 
 
-def make(srv: LoopbackOpenAI, model: str = "loopback", **options: Any) -> LiteLLMBackend:
-    """A backend on ``srv`` with small timeouts and backoff (``options`` override them)."""
-    return LiteLLMBackend(model, api_base=srv.base_url, **{"timeout_s": 5.0, "backoff_base_s": 0.01, **options})
+Make = Callable[..., RemoteBackend]
+
+
+@pytest.fixture(params=[LiteLLMBackend, OpenAIHTTPBackend], ids=["litellm", "http"])
+def make(request: pytest.FixtureRequest) -> Make:
+    """Builds the backend under test on a server, with small timeouts and backoff (``options`` override them)."""
+    cls = request.param
+
+    def build(srv: LoopbackOpenAI, model: str = "loopback", **options: Any) -> RemoteBackend:
+        return cls(model, api_base=srv.base_url, **{"timeout_s": 5.0, "backoff_base_s": 0.01, **options})
+
+    return build
 
 
 def ask(content: str = "Say something.", schema: dict[str, Any] | None = SCHEMA) -> ChatRequest:
@@ -60,7 +72,7 @@ def ask(content: str = "Say something.", schema: dict[str, Any] | None = SCHEMA)
     )
 
 
-def run(backend: LiteLLMBackend, requests: list[ChatRequest]) -> list[Completion]:
+def run(backend: RemoteBackend, requests: list[ChatRequest]) -> list[Completion]:
     return asyncio.run(backend.generate(requests))
 
 
@@ -75,7 +87,7 @@ def scripted(*replies: Reply | str) -> Callable[[dict[str, Any]], Reply | str]:
     return respond
 
 
-def test_structured_reply_sends_response_format(server: Server) -> None:
+def test_structured_reply_sends_response_format(server: Server, make: Make) -> None:
     srv = server(lambda body: ACTION)
     backend = make(srv)
     (out,) = run(backend, [ask()])
@@ -89,7 +101,7 @@ def test_structured_reply_sends_response_format(server: Server) -> None:
     assert body["max_tokens"] == 32 and body["seed"] == 1
 
 
-def test_schema_goes_in_prompt_without_structured_output(server: Server) -> None:
+def test_schema_goes_in_prompt_without_structured_output(server: Server, make: Make) -> None:
     srv = server(lambda body: ACTION)
     backend = make(srv, structured_output=False)
     request = ask()
@@ -101,7 +113,7 @@ def test_schema_goes_in_prompt_without_structured_output(server: Server) -> None
     assert request.messages[-1]["content"] == "Say something."  # the caller's request is left alone
 
 
-def test_hub_style_model_id_keeps_its_name(server: Server) -> None:
+def test_hub_style_model_id_keeps_its_name(server: Server, make: Make) -> None:
     srv = server(lambda body: "hello")
     backend = make(srv, "Qwen/Qwen2.5-0.5B-Instruct")
     (out,) = run(backend, [ask(schema=None)])
@@ -113,7 +125,7 @@ def test_hub_style_model_id_keeps_its_name(server: Server) -> None:
     "reply",
     ['{"action_type": "speak", "argument": "hi"', ACTION + " Hope that helps!", "```json\n" + ACTION + "\n```"],
 )
-def test_malformed_json_is_repaired(server: Server, reply: str) -> None:
+def test_malformed_json_is_repaired(server: Server, reply: str, make: Make) -> None:
     srv = server(lambda body: reply)
     (out,) = run(make(srv), [ask()])
     assert out.ok and out.meta["repaired"] is True
@@ -121,27 +133,27 @@ def test_malformed_json_is_repaired(server: Server, reply: str) -> None:
 
 
 @pytest.mark.parametrize("reply", ["I would rather just say hello.", "hello {", ""])
-def test_unrepairable_reply_is_returned_raw(server: Server, reply: str) -> None:
+def test_unrepairable_reply_is_returned_raw(server: Server, reply: str, make: Make) -> None:
     srv = server(lambda body: reply)
     (out,) = run(make(srv), [ask()])
     assert out.ok and out.text == reply and "repaired" not in out.meta
 
 
-def test_no_repair_without_schema(server: Server) -> None:
+def test_no_repair_without_schema(server: Server, make: Make) -> None:
     srv = server(lambda body: '{"a": 1')
     (out,) = run(make(srv), [ask(schema=None)])
     assert out.text == '{"a": 1' and "response_format" not in srv.requests[0]
 
 
 @pytest.mark.parametrize("status", [429, 500, 503])
-def test_transient_error_is_retried(server: Server, status: int) -> None:
+def test_transient_error_is_retried(server: Server, status: int, make: Make) -> None:
     srv = server(scripted(Reply.fail(status, "slow down"), ACTION))
     (out,) = run(make(srv), [ask()])
     assert out.ok and json.loads(out.text)["argument"] == "hi"
     assert len(srv.requests) == 2 and out.meta["attempts"] == 2
 
 
-def test_timeout_is_retried_then_reported(server: Server) -> None:
+def test_timeout_is_retried_then_reported(server: Server, make: Make) -> None:
     def respond(body: dict[str, Any]) -> Reply:
         slow = "slow" in body["messages"][-1]["content"]
         return Reply(ACTION, delay_s=3.0 if slow else 0.0)
@@ -156,14 +168,14 @@ def test_timeout_is_retried_then_reported(server: Server) -> None:
     assert sum("slow" in r["messages"][-1]["content"] for r in srv.requests) == 3
 
 
-def test_retries_are_bounded(server: Server) -> None:
+def test_retries_are_bounded(server: Server, make: Make) -> None:
     srv = server(lambda body: Reply.fail(429, "rate limited"))
     (out,) = run(make(srv, max_retries=2), [ask()])
     assert not out.ok and "HTTP 429" in str(out.error) and len(srv.requests) == 3
 
 
 @pytest.mark.parametrize("status", [400, 401, 404])
-def test_client_errors_fail_at_once(server: Server, status: int) -> None:
+def test_client_errors_fail_at_once(server: Server, status: int, make: Make) -> None:
     srv = server(lambda body: Reply.fail(status, "nope"))
     (out,) = run(make(srv), [ask()])
     assert not out.ok and out.text == "" and len(srv.requests) == 1
@@ -171,7 +183,7 @@ def test_client_errors_fail_at_once(server: Server, status: int) -> None:
     assert out.error.startswith("loopback:") and f"HTTP {status}" in out.error
 
 
-def test_concurrency_limit_is_respected(server: Server) -> None:
+def test_concurrency_limit_is_respected(server: Server, make: Make) -> None:
     srv = server(lambda body: ACTION, latency_s=0.15)
     backend = make(srv, "loopback-limited", max_concurrency=2)
     outs = run(backend, [ask(f"turn {i}") for i in range(6)])
@@ -179,14 +191,14 @@ def test_concurrency_limit_is_respected(server: Server) -> None:
     assert srv.max_in_flight == 2
 
 
-def test_requests_in_one_call_run_concurrently(server: Server) -> None:
+def test_requests_in_one_call_run_concurrently(server: Server, make: Make) -> None:
     srv = server(lambda body: ACTION, latency_s=0.2)
     outs = run(make(srv), [ask(f"turn {i}") for i in range(8)])
     assert all(o.ok for o in outs) and srv.max_in_flight == 8
     assert [json.loads(o.text)["argument"] for o in outs] == ["hi"] * 8
 
 
-def test_256_requests_in_flight_at_once(server: Server) -> None:
+def test_256_requests_in_flight_at_once(server: Server, make: Make) -> None:
     barrier = threading.Barrier(256, timeout=20)  # every request waits until all 256 have arrived
 
     def respond(body: dict[str, Any]) -> str:
@@ -198,7 +210,7 @@ def test_256_requests_in_flight_at_once(server: Server) -> None:
     assert all(o.ok for o in outs) and srv.max_in_flight == 256
 
 
-def test_token_counts_come_from_usage(server: Server) -> None:
+def test_token_counts_come_from_usage(server: Server, make: Make) -> None:
     srv = server(lambda body: Reply(ACTION, completion_tokens=7))
     (out,) = run(make(srv), [ask("one two three", schema=None)])
     assert out.prompt_tokens == 6  # "You are Ann." + "one two three", as the server counts
@@ -206,7 +218,7 @@ def test_token_counts_come_from_usage(server: Server) -> None:
     assert out.latency_s > 0
 
 
-def test_api_key_is_used_but_never_exposed(server: Server) -> None:
+def test_api_key_is_used_but_never_exposed(server: Server, make: Make) -> None:
     secret = "sk-loopback-secret-0123456789"
 
     def respond(body: dict[str, Any]) -> Reply:
@@ -223,7 +235,7 @@ def test_api_key_is_used_but_never_exposed(server: Server) -> None:
         assert secret not in shown
 
 
-def test_dummy_key_without_one(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dummy_key_without_one(server: Server, monkeypatch: pytest.MonkeyPatch, make: Make) -> None:
     monkeypatch.delenv("SOTOPIA_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     srv = server(lambda body: ACTION)
@@ -231,7 +243,7 @@ def test_dummy_key_without_one(server: Server, monkeypatch: pytest.MonkeyPatch) 
     assert out.ok and srv.headers[0]["authorization"] == "Bearer sk-none"
 
 
-def test_backend_survives_several_event_loops(server: Server) -> None:
+def test_backend_survives_several_event_loops(server: Server, make: Make) -> None:
     srv = server(lambda body: ACTION)
     backend = make(srv, "loopback-loops", max_concurrency=1)
     for _ in range(3):
@@ -283,7 +295,7 @@ def test_import_is_lazy_and_calls_only_loopback(fresh_interpreter_probe: subproc
 
 
 def test_hosted_providers_get_a_schema_without_length_and_range_keywords():
-    from sotopia_env.backends.litellm_backend import without_keywords
+    from sotopia_env.backends.remote import without_keywords
     from sotopia_env.evaluation import GOAL_ONLY
     from sotopia_env.llm_evaluator import rating_schema
 
@@ -296,10 +308,80 @@ def test_hosted_providers_get_a_schema_without_length_and_range_keywords():
     assert schema["properties"]["agent_1"]["properties"]["goal"]["properties"]["score"]["maximum"] == 10
 
 
-def test_regex_requests_are_refused_not_ignored():
-    from sotopia_env.backends.base import ChatRequest
-    from sotopia_env.backends.litellm_backend import LiteLLMBackend
-
-    backend = LiteLLMBackend("openai/x", api_base="http://127.0.0.1:9/v1")
+@pytest.mark.parametrize("cls", [LiteLLMBackend, OpenAIHTTPBackend], ids=["litellm", "http"])
+def test_regex_requests_are_refused_not_ignored(cls: type[RemoteBackend]) -> None:
+    backend = cls("openai/x", api_base="http://127.0.0.1:9/v1")
     (out,) = asyncio.run(backend.generate([ChatRequest([{"role": "user", "content": "hi"}], regex="a+")]))
     assert out.error and "needs the local backend" in out.error
+
+
+# --- the lean aiohttp client only ---
+
+
+def http(srv: LoopbackOpenAI, model: str = "loopback", **options: Any) -> OpenAIHTTPBackend:
+    return OpenAIHTTPBackend(model, srv.base_url, **{"timeout_s": 5.0, "backoff_base_s": 0.01, **options})
+
+
+def test_http_client_strips_only_routing_prefixes(server: Server) -> None:
+    srv = server(lambda body: "hello")
+    run(http(srv, "openai/served-name"), [ask(schema=None)])
+    run(http(srv, "hosted_vllm/other"), [ask(schema=None)])
+    run(http(srv, "Qwen/Qwen2.5-0.5B-Instruct"), [ask(schema=None)])
+    assert [r["model"] for r in srv.requests] == ["served-name", "other", "Qwen/Qwen2.5-0.5B-Instruct"]
+
+
+def test_http_client_reports_a_200_that_is_not_a_completion(server: Server) -> None:
+    srv = server(lambda body: ACTION)
+    backend = http(srv)
+    backend._url = srv.base_url + "/models"  # a GET route: POST there answers 404 JSON
+    (out,) = run(backend, [ask()])
+    assert not out.ok and "HTTP 404" in str(out.error) and "no route" in str(out.error)
+
+
+def test_http_client_retries_refused_connections_then_reports(server: Server) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    backend = OpenAIHTTPBackend(
+        "loopback", f"http://127.0.0.1:{port}/v1", timeout_s=2, backoff_base_s=0.01, max_retries=2
+    )
+    (out,) = asyncio.run(backend.generate([ask()]))
+    assert not out.ok and "after 3 attempts" in str(out.error) and "\n" not in str(out.error)
+    assert out.meta["attempts"] == 3
+
+
+async def four_turns(backend: OpenAIHTTPBackend) -> Any:
+    """Four calls in a row in one event loop; the loop's session."""
+    for i in range(4):
+        (out,) = await backend.generate([ask(f"turn {i}")])
+        assert out.ok
+    return await backend._session()
+
+
+def test_http_client_reuses_connections_and_closes_at_loop_shutdown(server: Server) -> None:
+    import gc
+    import warnings
+
+    srv = server(lambda body: ACTION)
+    backend = http(srv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        for _ in range(3):
+            session = asyncio.run(four_turns(backend))
+            assert session.closed  # closed when asyncio.run shut the loop down
+        gc.collect()
+    assert len(srv.requests) == 12
+    assert srv.connections == 3  # one keep-alive connection per event loop, not one per call
+    assert not backend._sessions  # nothing kept for loops that are gone
+
+
+def test_resolve_backend_picks_the_http_client_for_servers() -> None:
+    from sotopia_env.backends.resolve import uses_openai_http
+
+    base = "http://127.0.0.1:8000/v1"
+    assert uses_openai_http("my-model", base) and uses_openai_http("openai/x", base)
+    assert uses_openai_http("hosted_vllm/x", base) and uses_openai_http("Qwen/Qwen2.5-7B-Instruct", base)
+    assert not uses_openai_http("ollama/llama3", base) and not uses_openai_http("litellm:openai/x", base)
+    assert not uses_openai_http("gpt-4o-mini", None) and not uses_openai_http("anthropic/claude", base)

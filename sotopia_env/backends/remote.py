@@ -1,0 +1,216 @@
+"""What every backend that calls a chat server shares: the JSON schema's way to the server, JSON repair,
+bounded retries with backoff, a concurrency limit per model, and one-line errors.
+
+A subclass says how one call is sent (``_send``) and which failures are worth a retry (``_retryable``).
+429s, timeouts, connection errors and 5xx are retried with exponential backoff and jitter; other errors
+fail at once. A failed request becomes ``Completion(text="", error=...)``; ``generate`` never raises for one.
+The api key is held in a private attribute only: never logged, never put in a ``Completion`` or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from sotopia_env.backends.base import ChatRequest, Completion
+
+# Providers that speak the OpenAI protocol at an ``api_base`` and accept ``response_format`` json_schema.
+OPENAI_COMPATIBLE = frozenset({"openai", "hosted_vllm"})
+HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum"})
+_MAX_BACKOFF_S = 30.0
+
+# Semaphores bind to the event loop they are first used on, so there is one set per running loop.
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str | None], asyncio.Semaphore]]
+_semaphores = weakref.WeakKeyDictionary()
+
+
+def per_loop_semaphore(key: tuple[str, str | None], limit: int) -> asyncio.Semaphore:
+    per_loop = _semaphores.setdefault(asyncio.get_running_loop(), {})
+    if key not in per_loop:
+        per_loop[key] = asyncio.Semaphore(limit)
+    return per_loop[key]
+
+
+def server_api_key(api_key: str | None, openai_compatible: bool) -> str | None:
+    """The key for a server at an ``api_base``: the given one, else $SOTOPIA_API_KEY, else (OpenAI protocol)
+    $OPENAI_API_KEY or a dummy, since local servers (vLLM, llama.cpp) ignore it but clients must send one."""
+    if api_key is not None:
+        return api_key
+    api_key = os.environ.get("SOTOPIA_API_KEY")
+    if openai_compatible:
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or "sk-none"
+    return api_key
+
+
+def without_keywords(schema: Any, drop: frozenset[str]) -> Any:
+    """A copy of a JSON schema without the ``drop`` keywords at any depth; property names are never dropped."""
+    if isinstance(schema, list):
+        return [without_keywords(v, drop) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in drop:
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: without_keywords(sub, drop) for name, sub in value.items()}
+        else:
+            out[key] = without_keywords(value, drop)
+    return out
+
+
+def schema_instruction(schema: dict[str, Any]) -> str:
+    """The instruction appended to the prompt when the server cannot force the schema."""
+    return (
+        "\n\nAnswer with a single JSON object (no prose, no code fences) that follows this JSON schema:\n"
+        + json.dumps(schema)
+    )
+
+
+def repair_json_object(text: str) -> str | None:
+    """The reply as JSON text if it already is JSON or can be repaired into a non-empty JSON object, else None."""
+    try:
+        json.loads(text)
+        return text
+    except ValueError:
+        pass
+    import json_repair
+
+    repaired = json_repair.repair_json(text, return_objects=False)
+    try:
+        value = json.loads(repaired) if isinstance(repaired, str) else None
+    except ValueError:
+        return None
+    return repaired if isinstance(value, dict) and value else None
+
+
+@dataclass
+class Reply:
+    """What a server answered to one call."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+
+class RemoteBackend:
+    """A chat server behind retries, a concurrency limit and JSON repair; subclasses implement ``_send``."""
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None,
+        api_key: str | None,
+        *,
+        structured_output: bool,
+        hosted: bool,
+        max_retries: int = 4,
+        timeout_s: float = 60.0,
+        backoff_base_s: float = 0.5,
+        max_concurrency: int = 64,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base
+        self._api_key = api_key  # sent to the server only; never in a repr, a log or a Completion
+        self.structured_output = structured_output
+        self._hosted = hosted
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s
+        self.backoff_base_s = backoff_base_s
+        self.max_concurrency = max_concurrency
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
+
+    async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    async def _send(self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Reply:
+        raise NotImplementedError
+
+    def _retryable(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def _semaphore_key(self) -> tuple[str, str | None]:
+        return (self.model, self.api_base)
+
+    def _prepared(self, request: ChatRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The messages to send (the schema appended when the server cannot force it) and the extra body fields."""
+        messages = [dict(m) for m in request.messages]
+        extra: dict[str, Any] = {}
+        if request.json_schema is not None:
+            if self.structured_output:
+                # Hosted providers' strict mode rejects length and range keywords: drop them there (we validate
+                # anyway). Servers at an ``api_base`` (vLLM, llama.cpp) get the schema as is.
+                schema = (
+                    without_keywords(request.json_schema, HOSTED_UNSUPPORTED) if self._hosted else request.json_schema
+                )
+                extra["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "action", "schema": schema, "strict": True},
+                }
+            else:
+                last = next((m for m in reversed(messages) if m.get("role") in ("user", "system")), None)
+                if last is None:
+                    messages.append({"role": "user", "content": schema_instruction(request.json_schema).lstrip()})
+                else:
+                    last["content"] = str(last.get("content") or "") + schema_instruction(request.json_schema)
+        if request.seed is not None:
+            extra["seed"] = request.seed
+        return messages, extra
+
+    async def _one(self, request: ChatRequest) -> Completion:
+        if request.regex is not None:
+            return Completion(text="", error=f"{self.model}: regex-constrained decoding needs the local backend")
+        messages, extra = self._prepared(request)
+        semaphore = per_loop_semaphore(self._semaphore_key(), self.max_concurrency)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with semaphore:
+                    start = time.perf_counter()
+                    reply = await self._send(request, messages, extra)
+                latency = time.perf_counter() - start
+                break
+            except Exception as exc:  # every failure becomes a Completion.error (cancellation is not an Exception)
+                if attempt > self.max_retries or not self._retryable(exc):
+                    return Completion(text="", error=self._describe(exc, attempt), meta={"attempts": attempt})
+                delay = min(_MAX_BACKOFF_S, self.backoff_base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+                await asyncio.sleep(delay)
+        return self._completion(request, reply, latency, attempt)
+
+    def _describe(self, exc: BaseException, attempts: int) -> str:
+        status = getattr(exc, "status_code", None)
+        lines = str(exc).strip().splitlines()
+        # litellm prefixes "litellm.AuthenticationError: AuthenticationError: "; the class name is given once below
+        message = re.sub(r"^(?:(?:litellm\.)?\w+:\s*)+", "", lines[0])[:300] if lines else ""
+        if self._api_key:
+            message = message.replace(self._api_key, "***")
+        where = f"HTTP {status} " if isinstance(status, int) else ""
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        return f"{self.model}: {where}{type(exc).__name__}{tries}: {message}".strip().rstrip(":")
+
+    def _completion(self, request: ChatRequest, reply: Reply, latency: float, attempts: int) -> Completion:
+        text = reply.text
+        meta: dict[str, Any] = {"attempts": attempts, "finish_reason": reply.finish_reason}
+        if request.json_schema is not None:
+            repaired = repair_json_object(text)
+            if repaired is not None and repaired != text:
+                text = repaired
+                meta["repaired"] = True
+        return Completion(
+            text=text,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=latency,
+            meta=meta,
+        )
