@@ -1,19 +1,28 @@
 """Throughput of the local backend: concurrent (batched) requests vs the same requests one at a time.
 
-    python benchmarks/local_batching.py                   # smollm2-135m, 1/4/8/16 concurrent, free + JSON
+    python benchmarks/local_batching.py                   # smollm2-135m, 1/4/8/16 concurrent, all modes
     python benchmarks/local_batching.py --concurrency 8 --modes json --max-new-tokens 64
+    python benchmarks/local_batching.py --modes episodes --concurrency 8 16 --episode-turns 8
 
 ``free`` and ``json`` requests are action prompts in the style of the LLM agent's (about
 120 prompt tokens): ``free`` unconstrained, ``json`` with the action schema (xgrammar
 constrained). ``story`` requests are short prompts whose answers run to the token limit:
 there decoding dominates, which is what batching speeds up (prompt prefill costs the same
 batched or not on a CPU).
+``episodes`` plays whole episodes (``LLMAgent`` on both seats, JSON-constrained, the real
+``render_prompt`` prompts, which grow with the conversation, no evaluator) for ``--episode-turns`` turns;
+the agents are offered only "speak" (``TalkingAgent``), since the greedy 135M model otherwise leaves after
+about three turns and there would be no long conversation to measure (``tests/custom_agents.py``):
+N episodes at once against the same episodes one after another, once with the prompt prefix cache
+(the backend's default) and once without it ("episodes-nocache"). The request modes run without the
+prefix cache, so that they measure batching alone.
 Decoding is greedy by default, so batched and sequential runs produce the same text
 and the comparison is about throughput only.
 
 Tokens/s counts completion tokens (up to the end-of-turn token) over wall time.
-"sequential" sends ``--sequential`` requests one after another (batch size 1);
-"concurrent N" sends N requests at once, which the backend coalesces into one batch.
+"sequential" sends ``--sequential`` requests (or plays that many episodes) one after another (batch
+size 1); "concurrent N" sends N requests at once (plays N episodes at once), which the backend coalesces
+into batches. "prefill reused" is the share of prompt tokens whose keys/values came from the prefix cache.
 """
 
 from __future__ import annotations
@@ -23,12 +32,21 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+import _common
+from _common import distinct_setups
+from custom_agents import TalkingAgent
 from rich.console import Console
 from rich.table import Table
 
+from episodes.runner import play
 from sotopia_env.actions import ACTION_TYPES, action_json_schema
-from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.base import ChatRequest, Completion, GenerationSettings
 from sotopia_env.backends.local import LocalBackend
+from sotopia_env.env import EnvConfig
+
+_ = _common
+EPISODE_MODES = ("episodes", "episodes-nocache")
+
 
 LINES = [
     "Hi! Do you have a minute?",
@@ -52,6 +70,7 @@ class Row:
     seconds: float
     batches: int
     truncated: int
+    reused: float = 0.0  # share of prompt tokens taken from the prefix cache
 
     @property
     def tps(self) -> float:
@@ -83,7 +102,7 @@ def requests(n: int, mode: str, args: argparse.Namespace) -> list[ChatRequest]:
 
 
 async def measure(backend: LocalBackend, mode: str, label: str, batch: list[ChatRequest], concurrent: bool) -> Row:
-    calls, truncated = backend.stats.generate_calls, backend.stats.json_truncated
+    before = _counters(backend)
     start = time.perf_counter()
     if concurrent:
         outs: list[Completion] = [o for (o,) in await asyncio.gather(*(backend.generate([r]) for r in batch))]
@@ -93,44 +112,88 @@ async def measure(backend: LocalBackend, mode: str, label: str, batch: list[Chat
     failed = [o.error for o in outs if not o.ok]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed: {failed[0]}")
-    return Row(
-        mode,
-        label,
-        len(batch),
-        sum(o.completion_tokens for o in outs),
-        seconds,
-        backend.stats.generate_calls - calls,
-        backend.stats.json_truncated - truncated,
-    )
+    return _row(backend, mode, label, before, seconds)
+
+
+async def measure_episodes(
+    backend: LocalBackend, mode: str, label: str, setups: list, concurrent: bool, args: argparse.Namespace
+) -> Row:
+    """Play ``setups`` (at once, or one after another) with LLM agents on ``backend``; no evaluator."""
+    settings = GenerationSettings(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    config = EnvConfig(max_turns=args.episode_turns)
+
+    async def one(setup) -> None:
+        await play(setup, [TalkingAgent(backend, settings) for _ in setup.agent_names], None, config)
+
+    before = _counters(backend)
+    start = time.perf_counter()
+    if concurrent:
+        await asyncio.gather(*(one(s) for s in setups))
+    else:
+        for setup in setups:
+            await one(setup)
+    return _row(backend, mode, label, before, time.perf_counter() - start)
+
+
+def _counters(backend: LocalBackend) -> tuple[int, ...]:
+    st = backend.stats
+    return (st.requests, st.completion_tokens, st.generate_calls, st.json_truncated, st.prompt_tokens,
+            st.prefix_reused_tokens)  # fmt: skip
+
+
+def _row(backend: LocalBackend, mode: str, label: str, before: tuple[int, ...], seconds: float) -> Row:
+    delta = [a - b for a, b in zip(_counters(backend), before, strict=True)]
+    requests_, tokens, batches, truncated, prompt, reused = delta
+    return Row(mode, label, requests_, tokens, seconds, batches, truncated, reused / prompt if prompt else 0.0)
 
 
 async def run(args: argparse.Namespace, console: Console) -> list[Row]:
-    backend = LocalBackend.from_spec(args.model, device=args.device, max_batch_size=max(args.concurrency))
-    console.print(f"{backend!r}, torch threads: {__import__('torch').get_num_threads()}")
+    backends: dict[bool, LocalBackend] = {}
+    torch_threads = __import__("torch").get_num_threads()
     rows = []
     for mode in args.modes:
+        cached = mode == "episodes"  # the request modes measure batching alone
+        if cached not in backends:
+            backends[cached] = LocalBackend.from_spec(
+                args.model, device=args.device, max_batch_size=max(args.concurrency), prefix_cache_mb=1024 * cached
+            )
+            console.print(
+                f"{backends[cached]!r}, prefix cache {'on' if cached else 'off'}, torch threads {torch_threads}"
+            )
+        backend = backends[cached]
+        if mode in EPISODE_MODES:
+            setups = distinct_setups(max(args.sequential, *args.concurrency))
+            await measure_episodes(backend, mode, "warm-up", setups[:2], True, args)
+            rows.append(await measure_episodes(backend, mode, "sequential", setups[: args.sequential], False, args))
+            console.print(_line(rows[-1]))
+            for n in args.concurrency:
+                rows.append(await measure_episodes(backend, mode, f"concurrent {n}", setups[:n], True, args))
+                console.print(_line(rows[-1]))
+            continue
         await backend.generate(requests(2, mode, args))  # warm-up (and grammar compile)
         rows.append(await measure(backend, mode, "sequential", requests(args.sequential, mode, args), False))
         console.print(_line(rows[-1]))
         for n in args.concurrency:
             rows.append(await measure(backend, mode, f"concurrent {n}", requests(n, mode, args), True))
             console.print(_line(rows[-1]))
-    backend.close()
+    for backend in backends.values():
+        backend.close()
     return rows
 
 
 def _line(row: Row) -> str:
-    return f"  {row.mode:4} {row.label:14} {row.tokens:5} tokens in {row.seconds:6.1f}s = {row.tps:6.1f} tok/s"
+    return f"  {row.mode:16} {row.label:14} {row.tokens:5} tokens in {row.seconds:6.1f}s = {row.tps:6.1f} tok/s"
 
 
 def table(rows: list[Row]) -> Table:
-    out = Table("mode", "run", "requests", "batches", "tokens", "seconds", "tok/s", "vs sequential", "JSON cut")
+    out = Table("mode", "run", "LLM calls", "batches", "tokens", "seconds", "tok/s", "vs sequential",
+                "prefill reused", "JSON cut")  # fmt: skip
     base = {r.mode: r.tps for r in rows if r.label == "sequential"}
     for r in rows:
         speedup = f"{r.tps / base[r.mode]:.1f}x" if base.get(r.mode) else "-"
-        cut = str(r.truncated) if r.mode == "json" else "-"
+        cut = str(r.truncated) if r.mode in ("json", *EPISODE_MODES) else "-"
         out.add_row(r.mode, r.label, str(r.requests), str(r.batches), str(r.tokens), f"{r.seconds:.1f}",
-                    f"{r.tps:.1f}", speedup, cut)  # fmt: skip
+                    f"{r.tps:.1f}", speedup, f"{100 * r.reused:.0f}%", cut)  # fmt: skip
     return out
 
 
@@ -139,8 +202,10 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
-    parser.add_argument("--sequential", type=int, default=8, help="requests sent one at a time for the baseline")
-    parser.add_argument("--modes", nargs="+", choices=["free", "json", "story"], default=["free", "json", "story"])
+    parser.add_argument("--sequential", type=int, default=8, help="requests (episodes) one at a time for the baseline")
+    modes = ["free", "json", "story", *EPISODE_MODES]
+    parser.add_argument("--modes", nargs="+", choices=modes, default=modes)
+    parser.add_argument("--episode-turns", type=int, default=8, help="turns per episode in the episodes modes")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--threads", type=int, help="torch CPU threads (1 is best on a busy, shared machine)")

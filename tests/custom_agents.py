@@ -1,6 +1,8 @@
 """Custom agents loaded by ``module:Class`` spec in tests (this folder is on sys.path under pytest)."""
 
+from agents.llm import LLMAgent
 from sotopia_env.actions import AgentAction
+from sotopia_env.observation import Observation
 
 
 class PoliteAgent:
@@ -24,3 +26,14 @@ class Crashing:
 class Quiet:
     async def act(self, observation):
         return AgentAction(action_type="non-verbal communication", argument="nods")
+
+
+class TalkingAgent(LLMAgent):
+    """An ``LLMAgent`` offered only "speak" on its turns, so an episode runs all its turns (a greedy small
+    model otherwise leaves within a few): long, growing conversations for batching and caching measurements."""
+
+    async def act(self, observation):
+        obs = Observation.from_env(observation)
+        if obs.my_turn:
+            obs = obs.model_copy(update={"available_actions": ["speak"]})
+        return await super().act(obs)

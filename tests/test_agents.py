@@ -10,7 +10,7 @@ from agents.loading import AgentSpecError, is_custom_spec, load_agent
 from agents.prompt import render_prompt
 from agents.scripted import ReplayAgent, ScriptedAgent
 from episodes.runner import play
-from sotopia_env.actions import ActionType
+from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import SocialEnv
 from sotopia_env.evaluation import RuleBasedEvaluator
@@ -58,7 +58,24 @@ def test_prompt_shows_own_goal_and_secret_only(two_friends):
     assert two_friends.scenario.goals[0] in system["content"]
     assert two_friends.scenario.goals[1] not in system["content"] + user["content"]
     assert me.secret in system["content"] and other.secret not in system["content"]
-    assert '"action_type"' in user["content"]
+    assert '"action_type"' in user["content"] and user["content"].startswith("Conversation so far:\n")
+
+
+def test_next_prompt_extends_the_last_one_but_for_the_ask(two_friends):
+    """The system message stays and the conversation only grows, so prefix caches reuse all but the ask."""
+    env = SocialEnv(setup=two_friends)
+    obs, _ = env.reset(seed=0)
+    first_name, second_name = two_friends.agent_names
+    before = render_prompt(obs[first_name])
+    speak = AgentAction(action_type=ActionType.speak, argument="Hello there")
+    wait = AgentAction(action_type=ActionType.none)
+    obs, *_ = env.step({first_name: speak, second_name: wait})
+    obs, *_ = env.step({first_name: wait, second_name: speak.model_copy(update={"argument": "Hi!"})})
+    after = render_prompt(obs[first_name])
+    assert after[0] == before[0]  # the same system message
+    kept = before[1]["content"].split("\n\nIt is turn #")[0].replace("(The conversation has not started yet.)", "")
+    assert after[1]["content"].startswith(kept)
+    assert "Hello there" in after[1]["content"] and "Hi!" in after[1]["content"]
 
 
 def test_scripted_episode_with_llm_agents_end_to_end(two_friends):

@@ -385,3 +385,19 @@ def test_resolve_backend_picks_the_http_client_for_servers() -> None:
     assert uses_openai_http("hosted_vllm/x", base) and uses_openai_http("Qwen/Qwen2.5-7B-Instruct", base)
     assert not uses_openai_http("ollama/llama3", base) and not uses_openai_http("litellm:openai/x", base)
     assert not uses_openai_http("gpt-4o-mini", None) and not uses_openai_http("anthropic/claude", base)
+
+
+def test_resolve_backend_builds_each_client(server: Server) -> None:
+    from sotopia_env.backends.resolve import release_backends, resolve_backend
+
+    srv = server(lambda body: ACTION)
+    try:
+        http_backend = resolve_backend("resolve-test", api_base=srv.base_url)
+        forced = resolve_backend("litellm:openai/resolve-test", api_base=srv.base_url)
+        assert isinstance(http_backend, OpenAIHTTPBackend) and isinstance(forced, LiteLLMBackend)
+        assert forced.model == "openai/resolve-test"
+        assert resolve_backend("resolve-test", api_base=srv.base_url) is http_backend  # shared
+        outs = run(http_backend, [ask()]) + run(forced, [ask()])
+        assert all(o.ok for o in outs) and [r["model"] for r in srv.requests] == ["resolve-test"] * 2
+    finally:
+        release_backends({"resolve-test", "litellm:openai/resolve-test"})

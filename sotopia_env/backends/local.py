@@ -12,6 +12,10 @@ row, so their output is JSON that follows the schema, unless ``max_new_tokens``
 ends it first: that text is returned as is (``meta["finish_reason"] ==
 "length"``) and counted in ``stats.json_truncated``.
 
+Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its previous prompt's system
+message and conversation, so only the new part of each prompt is prefilled; ``prefix_cache_mb=0`` turns
+that off. ``stats.prefix_reused_tokens`` counts the prompt tokens not recomputed.
+
 Seeding is per batch: when any request in a batch has a ``seed``, torch is seeded
 with the first such seed before the batch runs. Sampled outputs therefore depend
 on which requests share the batch.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import json
 import threading
 import time
@@ -32,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
+from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion
 
 if TYPE_CHECKING:
@@ -50,6 +56,7 @@ class LocalStats:
     completion_tokens: int = 0
     json_truncated: int = 0  # constrained outputs cut by max_new_tokens before the JSON closed
     failed_batches: int = 0
+    prefix_reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
 
 
 @dataclass
@@ -76,6 +83,7 @@ class LocalBackend:
         *,
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
+        prefix_cache_mb: int = 1024,
     ) -> None:
         self.model = name
         self.lm = model
@@ -94,6 +102,10 @@ class LocalBackend:
         self._lock = threading.Lock()  # one batch at a time, whatever the event loop
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = weakref.WeakKeyDictionary()
         self._closed = False
+        cacheable = prefix_cache_mb > 0 and prefix_cache.supports(model)
+        self._prefix = prefix_cache.PrefixCache(prefix_cache_mb << 20) if cacheable else None
+        forward_params = inspect.signature(model.forward).parameters  # transformers 5 renamed past_key_values
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
 
     @classmethod
     def from_spec(
@@ -104,6 +116,7 @@ class LocalBackend:
         dtype: str | torch.dtype | None = None,
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
+        prefix_cache_mb: int = 1024,
         **_: Any,
     ) -> LocalBackend:
         """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA."""
@@ -123,7 +136,14 @@ class LocalBackend:
             model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
         model.to(dev).eval()
         name = f"{base}+{adapter}" if adapter else base
-        return cls(model, tokenizer, name, max_batch_size=max_batch_size, batch_window_s=batch_window_s)
+        return cls(
+            model,
+            tokenizer,
+            name,
+            max_batch_size=max_batch_size,
+            batch_window_s=batch_window_s,
+            prefix_cache_mb=prefix_cache_mb,
+        )
 
     @property
     def generate_calls(self) -> int:
@@ -209,8 +229,13 @@ class LocalBackend:
         self, requests: list[ChatRequest], prompts: list[str], grammars: list[xgr.CompiledGrammar | None]
     ) -> list[Completion]:
         start = time.perf_counter()
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        prompt_len = enc["input_ids"].shape[1]
+        tokens = [
+            torch.tensor(ids, dtype=torch.long)
+            for ids in self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        ]
+        hits = [self._prefix.lookup(t) if self._prefix is not None else prefix_cache.MISS for t in tokens]
+        layout, cache = prefix_cache.assemble(self.lm, tokens, hits, int(self.tokenizer.pad_token_id))
+        prompt_len = layout.width
         limits = [r.max_new_tokens for r in requests]
         processors = LogitsProcessorList()
         if any(g is not None for g in grammars):
@@ -222,7 +247,9 @@ class LocalBackend:
         self.stats.generate_calls += 1
         with torch.inference_mode():
             out = self.lm.generate(
-                **enc,
+                input_ids=layout.input_ids,
+                attention_mask=layout.attention_mask,
+                **({self._cache_kwarg: cache} if self._prefix is not None else {}),
                 **self._sampling_kwargs(requests[0]),
                 max_new_tokens=max(limits),
                 pad_token_id=self.tokenizer.pad_token_id,
@@ -231,11 +258,14 @@ class LocalBackend:
                 stopping_criteria=stopping,
             )
         latency = time.perf_counter() - start
-        prompt_counts = enc["attention_mask"].sum(dim=1).tolist()
+        if self._prefix is not None:
+            self.stats.prefix_reused_tokens += sum(h.length for h in hits)
+            for entry, hit in zip(prefix_cache.extract(cache, layout, tokens), hits, strict=True):
+                self._prefix.add(entry, replaces=[hit.entry] if hit.entry is not None else [])
         return [
             self._completion(
                 out[row, prompt_len : prompt_len + limit].tolist(),
-                int(prompt_counts[row]),
+                layout.lengths[row],
                 constrained=grammars[row] is not None,
                 latency=latency,
                 batch_size=len(requests),
@@ -300,6 +330,8 @@ class LocalBackend:
             self.lm = None
             self._grammars.clear()
             self._compiler = None
+            if self._prefix is not None:
+                self._prefix.clear()
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
