@@ -3,6 +3,7 @@
     python benchmarks/local_batching.py                   # smollm2-135m, 1/4/8/16 concurrent, all modes
     python benchmarks/local_batching.py --concurrency 8 --modes json --max-new-tokens 64
     python benchmarks/local_batching.py --modes episodes --concurrency 8 16 --episode-turns 8
+    python benchmarks/local_batching.py --quick            # tiny sizes (the smoke test)
 
 ``free`` and ``json`` requests are action prompts in the style of the LLM agent's (about
 120 prompt tokens): ``free`` unconstrained, ``json`` with the action schema (xgrammar
@@ -33,10 +34,8 @@ import time
 from dataclasses import dataclass
 
 import _common
-from _common import distinct_setups
+from _common import distinct_setups, machine_line, print_table
 from custom_agents import TalkingAgent
-from rich.console import Console
-from rich.table import Table
 
 from episodes.runner import play
 from sotopia_env.actions import ACTION_TYPES, action_json_schema
@@ -147,7 +146,7 @@ def _row(backend: LocalBackend, mode: str, label: str, before: tuple[int, ...], 
     return Row(mode, label, requests_, tokens, seconds, batches, truncated, reused / prompt if prompt else 0.0)
 
 
-async def run(args: argparse.Namespace, console: Console) -> list[Row]:
+async def run(args: argparse.Namespace) -> list[Row]:
     backends: dict[bool, LocalBackend] = {}
     torch_threads = __import__("torch").get_num_threads()
     rows = []
@@ -157,25 +156,23 @@ async def run(args: argparse.Namespace, console: Console) -> list[Row]:
             backends[cached] = LocalBackend.from_spec(
                 args.model, device=args.device, max_batch_size=max(args.concurrency), prefix_cache_mb=1024 * cached
             )
-            console.print(
-                f"{backends[cached]!r}, prefix cache {'on' if cached else 'off'}, torch threads {torch_threads}"
-            )
+            print(f"{backends[cached]!r}, prefix cache {'on' if cached else 'off'}, torch threads {torch_threads}")
         backend = backends[cached]
         if mode in EPISODE_MODES:
             setups = distinct_setups(max(args.sequential, *args.concurrency))
             await measure_episodes(backend, mode, "warm-up", setups[:2], True, args)
             rows.append(await measure_episodes(backend, mode, "sequential", setups[: args.sequential], False, args))
-            console.print(_line(rows[-1]))
+            print(_line(rows[-1]), flush=True)
             for n in args.concurrency:
                 rows.append(await measure_episodes(backend, mode, f"concurrent {n}", setups[:n], True, args))
-                console.print(_line(rows[-1]))
+                print(_line(rows[-1]), flush=True)
             continue
         await backend.generate(requests(2, mode, args))  # warm-up (and grammar compile)
         rows.append(await measure(backend, mode, "sequential", requests(args.sequential, mode, args), False))
-        console.print(_line(rows[-1]))
+        print(_line(rows[-1]), flush=True)
         for n in args.concurrency:
             rows.append(await measure(backend, mode, f"concurrent {n}", requests(n, mode, args), True))
-            console.print(_line(rows[-1]))
+            print(_line(rows[-1]), flush=True)
     for backend in backends.values():
         backend.close()
     return rows
@@ -185,16 +182,26 @@ def _line(row: Row) -> str:
     return f"  {row.mode:16} {row.label:14} {row.tokens:5} tokens in {row.seconds:6.1f}s = {row.tps:6.1f} tok/s"
 
 
-def table(rows: list[Row]) -> Table:
-    out = Table("mode", "run", "LLM calls", "batches", "tokens", "seconds", "tok/s", "vs sequential",
-                "prefill reused", "JSON cut")  # fmt: skip
+def print_rows(rows: list[Row]) -> None:
     base = {r.mode: r.tps for r in rows if r.label == "sequential"}
-    for r in rows:
-        speedup = f"{r.tps / base[r.mode]:.1f}x" if base.get(r.mode) else "-"
-        cut = str(r.truncated) if r.mode in ("json", *EPISODE_MODES) else "-"
-        out.add_row(r.mode, r.label, str(r.requests), str(r.batches), str(r.tokens), f"{r.seconds:.1f}",
-                    f"{r.tps:.1f}", speedup, f"{100 * r.reused:.0f}%", cut)  # fmt: skip
-    return out
+    table = [
+        (
+            r.mode,
+            r.label,
+            r.requests,
+            r.batches,
+            r.tokens,
+            r.seconds,
+            r.tps,
+            f"{r.tps / base[r.mode]:.1f}x" if base.get(r.mode) else "-",
+            f"{100 * r.reused:.0f}%",
+            r.truncated if r.mode in ("json", *EPISODE_MODES) else "-",
+        )
+        for r in rows
+    ]
+    columns = ["mode", "run", "LLM calls", "batches", "tokens", "seconds", "tok/s", "vs sequential",
+               "prefill reused", "JSON cut"]  # fmt: skip
+    print_table("tokens per second, batched vs one at a time", columns, table)
 
 
 def main() -> None:
@@ -209,14 +216,17 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--threads", type=int, help="torch CPU threads (1 is best on a busy, shared machine)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     args = parser.parse_args()
+    if args.quick:
+        args.modes, args.concurrency, args.sequential = ["json", "episodes"], [2], 2
+        args.episode_turns, args.max_new_tokens = 2, 24
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    console = Console(width=max(Console().width, 110))
-    rows = asyncio.run(run(args, console))
-    console.print(table(rows))
+    print(f"# Local backend batching ({args.model}, {args.device}, greedy={args.temperature <= 0})\n\n{machine_line()}")
+    print_rows(asyncio.run(run(args)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Each benchmark script runs with ``--quick`` (tiny sizes) and prints its tables, so the scripts don't rot.
+"""Each benchmark script runs with ``--quick`` (tiny sizes) and prints its tables, so the scripts don't rot
+(``local_batching.py`` in a ``model``-marked test of its own, since it needs the embedded model).
 
 The scripts run as subprocesses, all at once (a few seconds each, mostly imports); the figures themselves are
 not checked here: they live in benchmarks/README.md. ``vs_sotopia.py`` gets a venv path that does not exist,
@@ -60,3 +61,15 @@ def test_benchmark_script_runs_and_prints_its_tables(
         assert f"### {title}" in result.stdout, f"{script}: no table {title!r} in:\n{result.stdout[-3000:]}"
     assert "load average" in result.stdout  # every run says under what load it was measured
     assert "| ---" in result.stdout
+
+
+@pytest.mark.model
+def test_local_batching_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
+    """The local backend benchmark needs the model, so it runs on its own (about half a minute)."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "local_batching.py"), "--quick"]
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "### tokens per second, batched vs one at a time" in result.stdout and "load average" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("| json", "| episodes"))]
+    assert len(rows) == 4 and all(int(row.split("|")[5].replace(",", "")) > 0 for row in rows)  # tokens made
