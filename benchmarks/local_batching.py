@@ -35,10 +35,11 @@ from dataclasses import dataclass
 
 import _common
 from _common import distinct_setups, machine_line, print_table
+from action_prompts import ASKS, action_prompt
 from custom_agents import TalkingAgent
 
 from episodes.runner import play
-from sotopia_env.actions import ACTION_TYPES, action_json_schema
+from sotopia_env.actions import action_json_schema
 from sotopia_env.backends.base import ChatRequest, Completion, GenerationSettings
 from sotopia_env.backends.local import LocalBackend
 from sotopia_env.env import EnvConfig
@@ -47,16 +48,6 @@ _ = _common
 EPISODE_MODES = ("episodes", "episodes-nocache")
 
 
-LINES = [
-    "Hi! Do you have a minute?",
-    "Could you lend me your car this weekend?",
-    "I think we should split the bill.",
-    "Are you coming to the party tonight?",
-    "I found your wallet on the bus.",
-    "Can you help me move on Saturday?",
-    "The rent is due tomorrow.",
-    "Let's plan the trip together.",
-]
 NAMES = ["Alice", "Bob", "Carol", "Dan", "Eve", "Frank", "Grace", "Heidi"]
 
 
@@ -77,14 +68,7 @@ class Row:
 
 
 def prompt(i: int) -> list[dict[str, str]]:
-    name, heard = NAMES[i % len(NAMES)], LINES[i % len(LINES)]
-    options = "\n".join(f'- "{a}"' for a in ACTION_TYPES)
-    user = (
-        f'Conversation so far:\nSam said: "{heard}"\n\nIt is turn #{1 + i // len(LINES)} and your move. '
-        f'Choose one action:\n{options}\n\nReply with one JSON object only: {{"action_type": "...", "argument": "..."}}'
-    )
-    system = f"You are playing {name} in a social simulation. Stay in character.\n\n{name} is a friendly teacher."
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return action_prompt(NAMES[i % len(NAMES)], ASKS[i % len(ASKS)], turn=1 + i // len(ASKS))
 
 
 def story(i: int) -> list[dict[str, str]]:

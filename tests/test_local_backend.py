@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from action_prompts import ASKS, action_prompt
 
 from sotopia_env.actions import ACTION_TYPES, action_json_schema, parse_action
 from sotopia_env.backends.base import ChatRequest
@@ -183,29 +184,6 @@ def test_model_ref_and_dtype_helpers(tmp_path: Path) -> None:
     assert pick_dtype("float16", torch.device("cpu")) == torch.float16
     with pytest.raises(ValueError, match="unknown dtype"):
         pick_dtype("float13", torch.device("cpu"))
-
-
-ASKS = [
-    "Hi! Do you have a minute?",
-    "Could you lend me your car this weekend?",
-    "I think we should split the bill.",
-    "Are you coming to the party tonight?",
-    "I found your wallet on the bus.",
-    "Can you help me move on Saturday?",
-    "The rent is due tomorrow.",
-    "Let's plan the trip together.",
-]
-
-
-def action_prompt(name: str, heard: str) -> list[dict[str, str]]:
-    """A prompt in the style of the LLM agent's."""
-    options = "\n".join(f'- "{a}"' for a in ACTION_TYPES)
-    user = (
-        f'Conversation so far:\nSam said: "{heard}"\n\nIt is turn #1 and your move. Choose one action:\n{options}\n\n'
-        'Reply with one JSON object only: {"action_type": "...", "argument": "..."}'
-    )
-    system = f"You are playing {name} in a social simulation. Stay in character.\n\n{name} is a friendly teacher."
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 @pytest.mark.model
