@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from episodes.log import SCHEMA_VERSION, EpisodeLog
 from episodes.store import EpisodeStore
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
+from sotopia_env.validation import field_problem
 
 
 class EpisodeFileError(ValueError):
@@ -68,10 +69,7 @@ def episode_from_dict(data: Any, where: str) -> EpisodeLog:
     try:
         return EpisodeLog.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(episode)"
-        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise EpisodeFileError(f"{where}: field '{field}': {first['msg']}{more}") from None
+        raise EpisodeFileError(f"{where}: {field_problem(exc, '(episode)', count_more=True)}") from None
 
 
 def import_jsonl(path: str | Path) -> list[EpisodeLog]:

@@ -46,6 +46,7 @@ from sotopia_env.observation import background_for
 from sotopia_env.profiles import AgentConstraint, BigFive, Character, RelationshipProfile, Scenario
 from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn, render_action
+from sotopia_env.validation import field_problem
 
 ENV = "Environment"
 NO_RATINGS = "imported SOTOPIA episode has no ratings"
@@ -64,9 +65,7 @@ class SotopiaFormatError(ValueError):
 
 
 def _validation_error(what: str, exc: ValidationError) -> SotopiaFormatError:
-    first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "(record)"
-    return SotopiaFormatError(f"{what}: field '{field}': {first['msg']}")
+    return SotopiaFormatError(f"{what}: {field_problem(exc, '(record)')}")
 
 
 def local_id(pk: object, fallback: str) -> str:

@@ -18,6 +18,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from episodes.log import STATUSES, EpisodeLog
+from sotopia_env.validation import field_problem
 
 
 def created_timestamp(created_at: str) -> float:
@@ -57,9 +58,7 @@ def load_stored(where: str, episode_id: str, data: str | bytes) -> EpisodeLog:
     try:
         return EpisodeLog.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(log)"
-        raise StoreError(f"{where}: episode {episode_id!r} is corrupt: field '{field}': {first['msg']}") from None
+        raise StoreError(f"{where}: episode {episode_id!r} is corrupt: {field_problem(exc, '(log)')}") from None
 
 
 class EpisodeStore(Protocol):

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sotopia_env.validation import field_problem
+
 
 class ActionType(str, Enum):
     none = "none"
@@ -81,9 +83,7 @@ def coerce_action(value: Any) -> AgentAction:
         try:
             return AgentAction.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "action"
-            raise InvalidAction(f"invalid action field '{field}': {first['msg']}") from None
+            raise InvalidAction(f"invalid action {field_problem(exc, 'action')}") from None
     raise InvalidAction(f"an action must be a dict or JSON text, not {type(value).__name__}")
 
 

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sotopia_env.profiles import Character, RelationshipProfile, Scenario
+from sotopia_env.validation import field_problem
 
 SECTIONS: dict[str, type[BaseModel]] = {
     "scenarios": Scenario,
@@ -36,13 +37,6 @@ def _entry_label(entry: object, index: int) -> str:
     if isinstance(entry, dict) and entry.get("id"):
         return f"entry {index} (id {entry['id']!r})"
     return f"entry {index}"
-
-
-def _validation_message(path: Path, section: str, label: str, err: ValidationError) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(entry)"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{path}: {section} {label}, field '{where}': {first['msg']}{more}"
 
 
 def read_yaml(path: Path, error: type[Exception] = ValueError) -> object:
@@ -81,7 +75,7 @@ def parse_file(path: Path) -> dict[str, list[BaseModel]]:
             try:
                 parsed.append(model.model_validate(entry))
             except ValidationError as exc:
-                raise LibraryError(_validation_message(path, section, label, exc)) from None
+                raise LibraryError(f"{path}: {section} {label}, {field_problem(exc, count_more=True)}") from None
         out[section] = parsed
     return out
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from sotopia_env.env import EnvConfig
+from sotopia_env.validation import field_problem
 from training.dataset import FilterConfig
 from training.trainer import TrainConfig
 
@@ -123,9 +124,7 @@ def parse_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     try:
         config = TypeAdapter(PipelineConfig).validate_python({**raw, "source": source})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{source}: field '{where}': {first['msg']}") from None
+        raise ConfigError(f"{source}: {field_problem(exc, '(top level)')}") from None
     for stage, section in (("bc", config.bc.train), ("sr", config.sr.train)):
         for key in section:
             if key in _SET_BY_PIPELINE or key not in TrainConfig.__dataclass_fields__:

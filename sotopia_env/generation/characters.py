@@ -32,12 +32,12 @@ from sotopia_env.generation.core import (
     run_bounded,
     slug,
     unique_id,
-    validation_problem,
     write_yaml,
 )
 from sotopia_env.generation.similarity import DUPLICATE_THRESHOLD, NearDuplicateIndex, character_text
 from sotopia_env.library import Library
 from sotopia_env.profiles import BigFive, Character
+from sotopia_env.validation import field_problem
 
 AGE_BANDS = [(16, 20), (21, 30), (31, 45), (46, 60), (61, 85)]
 GENDERS = [("woman", "she/her", 45), ("man", "he/him", 45), ("nonbinary", "they/them", 10)]
@@ -151,7 +151,7 @@ def parse_character(text: str) -> Character:
         fields = {k: v for k, v in data.items() if k in Character.model_fields and k != "id"}
         return Character.model_validate({**fields, "id": f"gen-{base}"})
     except ValidationError as exc:
-        raise InvalidGeneration(validation_problem(exc)) from None
+        raise InvalidGeneration(field_problem(exc)) from None
 
 
 def character_entry(character: Character) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import ValidationError
 
 from sotopia_env.backends.base import Backend, ChatRequest
 
@@ -151,12 +150,6 @@ def load_json_object(text: str) -> dict[str, Any]:
     if not text:
         raise InvalidGeneration("empty reply")
     raise InvalidGeneration(f"reply is not a JSON object: {text[:60]!r}")
-
-
-def validation_problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(entry)"
-    return f"field '{where}': {first['msg']}"
 
 
 async def generate_valid(

@@ -32,7 +32,6 @@ from sotopia_env.generation.core import (
     run_bounded,
     slug,
     unique_id,
-    validation_problem,
     write_yaml,
 )
 from sotopia_env.generation.seeds import Seed, UsedSeeds, dedupe
@@ -40,6 +39,7 @@ from sotopia_env.generation.similarity import DUPLICATE_THRESHOLD, NearDuplicate
 from sotopia_env.library import Library
 from sotopia_env.profiles import Relationship, Scenario
 from sotopia_env.sampler import eligible_setups
+from sotopia_env.validation import field_problem
 
 GENERATED_TAG = "generated"
 ALLOWED_SPLITS = ("train", "dev")
@@ -138,7 +138,7 @@ def parse_scenario(text: str, seed: Seed, split: str, library: Library) -> Scena
     try:
         scenario = Scenario.model_validate(entry)
     except (ValidationError, ValueError) as exc:
-        problem = validation_problem(exc) if isinstance(exc, ValidationError) else str(exc)
+        problem = field_problem(exc) if isinstance(exc, ValidationError) else str(exc)
         raise InvalidGeneration(problem) from None
     if jaccard(shingles(scenario.goals[0]), shingles(scenario.goals[1])) >= DUPLICATE_THRESHOLD:
         raise InvalidGeneration("the two goals are the same; they must be in tension")

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sotopia_env.validation import field_problem
 from training.rewards._text import Completion, check_aligned
 from training.rewards.think_format import FormatConfig, answer_block, check_format, parse_choice
 
@@ -60,9 +61,7 @@ def load_socialiqa(path: str | Path) -> list[SocialIQaItem]:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
             except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "(line)"
-                raise ValueError(f"{path}:{number}: field '{where}': {first['msg']}") from None
+                raise ValueError(f"{path}:{number}: {field_problem(exc, '(line)')}") from None
     return items
 
 

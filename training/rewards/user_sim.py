@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sotopia_env.validation import field_problem
 from training.rewards._text import (
     DEFAULT_ASSISTANT_HEADERS,
     DEFAULT_EOS_TOKENS,
@@ -130,9 +131,7 @@ def _records(records: Iterable[ResponseRecord | Mapping[str, Any]]) -> list[Resp
         try:
             parsed.append(record if isinstance(record, ResponseRecord) else ResponseRecord.model_validate(record))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(record)"
-            raise ValueError(f"record {index}: field '{where}': {first['msg']}") from None
+            raise ValueError(f"record {index}: {field_problem(exc, '(record)')}") from None
     return parsed
 
 

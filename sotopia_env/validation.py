@@ -1,0 +1,14 @@
+"""One line for a pydantic ``ValidationError``: which field, and what is wrong with it."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+def field_problem(exc: ValidationError, whole: str = "(entry)", count_more: bool = False) -> str:
+    """``field 'a.b': <message>`` for the first error; ``whole`` stands for the field when the error is about
+    the whole value, and ``count_more`` appends `` (+N more)`` when there are other errors."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or whole
+    more = f" (+{exc.error_count() - 1} more)" if count_more and exc.error_count() > 1 else ""
+    return f"field '{where}': {first['msg']}{more}"
