@@ -26,7 +26,7 @@ class HistoryEntry(BaseModel):
     argument: str
 
     def render(self) -> str:
-        return f"Turn #{self.turn}: " + render_action(self.agent, self.as_action())
+        return history_line(self.turn, self.agent, self.as_action())
 
     def as_action(self) -> AgentAction:
         return AgentAction(action_type=ActionType(self.action_type), argument=self.argument)
@@ -123,11 +123,12 @@ def labels_for(setup: EpisodeSetup, seat: int) -> dict[str, str]:
     return {c.name: c.name if s == seat else display_name(c, rel, s, n) for s, c in enumerate(setup.characters)}
 
 
-def render_text(background: str, history: list[HistoryEntry], turn: int, available: list[str]) -> str:
-    return _render_text([h.render() for h in history], background, turn, available)
+def history_line(turn: int, label: str, action: AgentAction) -> str:
+    """One past turn as an agent sees it, e.g. ``Turn #3: Ana said: "Hi."``."""
+    return f"Turn #{turn}: " + render_action(label, action)
 
 
-def _render_text(lines: list[str], background: str, turn: int, available: list[str]) -> str:
+def render_text(lines: list[str], background: str, turn: int, available: list[str]) -> str:
     parts = [background, "", "Conversation so far:"]
     parts += lines or ["(nothing yet)"]
     if available == [ActionType.none.value]:
@@ -144,7 +145,7 @@ def build_observation(
 
     ``background`` and ``labels`` come from ``background_for`` and ``labels_for``.
     """
-    # Rendered straight from the turns (the same text as ``HistoryEntry.render``): building a pydantic
+    # Rendered straight from the turns (``history_line``, as ``HistoryEntry.render`` does): building a pydantic
     # HistoryEntry per past turn, for each agent at each step, was most of an env step's cost.
     return {
         "agent": name,
@@ -160,7 +161,7 @@ def build_observation(
             for t in turns
         ),
         "available_actions": np.array([a in available for a in ACTION_TYPES], dtype="int8"),
-        "text": _render_text(
-            [f"Turn #{t.turn}: " + render_action(labels[t.agent], t.action) for t in turns], background, turn, available
+        "text": render_text(
+            [history_line(t.turn, labels[t.agent], t.action) for t in turns], background, turn, available
         ),
     }
