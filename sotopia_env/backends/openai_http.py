@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import weakref
 from typing import Any
 
 from sotopia_env.backends.base import ChatRequest
@@ -67,7 +66,8 @@ class OpenAIHTTPBackend(RemoteBackend):
         )
         self.server_model = server_model_name(model)
         self._url = api_base.rstrip("/") + "/chat/completions"
-        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        # one session per event loop; its keeper task removes it when that loop shuts down
+        self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}
 
     async def _session(self) -> Any:
         import aiohttp
@@ -96,7 +96,7 @@ class OpenAIHTTPBackend(RemoteBackend):
         finally:
             await session.close()
             if self._sessions.get(loop) is session:
-                del self._sessions[loop]  # the session refers to its loop, so the weak key alone would never go
+                del self._sessions[loop]
 
     async def _send(self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Reply:
         import aiohttp
