@@ -53,49 +53,16 @@ def setup_at():
     return build
 
 
-# a ChatML-style template for the tiny test model below
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer llama with random weights and a 300-token byte-level BPE tokenizer, saved as a model dir."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    """A 2-layer llama with random weights (peaked logits: greedy choices are far from ties) and a 300-token
+    byte-level BPE tokenizer, saved as a model dir."""
+    from tiny_model import make_tiny_model
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
     corpus = ['Hello, how are you today? {"action_type": "speak", "argument": "hi there"}'] * 5
-    bpe.train_from_iterator(corpus, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>"
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        initializer_range=0.2,  # peaked logits: greedy choices are far from ties
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    make_tiny_model(
+        path, corpus, vocab_size=320, hidden=32, heads=2, kv_heads=1, pad_token="<|im_end|>", max_positions=512,
+        initializer_range=0.2,
+    )  # fmt: skip
     return path

@@ -1,9 +1,8 @@
 """A tiny randomly initialised chat model for the training tests, built in seconds without any download.
 
-``make_tiny_model(dir)`` trains a small byte-level BPE tokenizer on the
-library's own prompts (with a ChatML template) and saves a 2-layer Llama of
-hidden size 64 next to it, so ``dir`` is a local model spec. Other training test
-modules import it from here; this module's test checks the model plays.
+``tiny_model_spec`` builds (once per session, with ``tiny_model.make_tiny_model``) a tokenizer trained on
+the library's own prompts and a 2-layer Llama of hidden size 64. Other training test modules import it
+from here; this module's test checks the model plays.
 """
 
 from __future__ import annotations
@@ -13,12 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+from tiny_model import make_tiny_model
 
 
 def _corpus():
@@ -36,45 +30,6 @@ def _corpus():
     yield '{"action_type": "speak", "argument": "Hi! Do you have a moment?"} {"action_type": "leave", "argument": ""}'
 
 
-def make_tiny_model(dest: Path, vocab_size: int = 2048, hidden: int = 64, layers: int = 2) -> str:
-    """Build and save the tiny model + tokenizer in ``dest``; return it as a model spec."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(_corpus(), trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(config).save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    return str(dest)
-
-
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Tiny models gain nothing from threads, and on a busy machine extra threads slow torch down many times over."""
@@ -88,7 +43,10 @@ def one_torch_thread():
 
 @lru_cache(maxsize=1)
 def _cached(root: str) -> str:
-    return make_tiny_model(Path(root) / "tiny-llama")
+    return make_tiny_model(
+        Path(root) / "tiny-llama", _corpus(), vocab_size=2048, hidden=64, heads=4, kv_heads=2,
+        pad_token="<|endoftext|>", tie_embeddings=True,
+    )  # fmt: skip
 
 
 def tiny_model_spec(tmp_path_factory) -> str:
