@@ -1,9 +1,17 @@
-"""Build an agent from a spec: a model, an alias, ``human`` or ``module:Class``."""
+"""Build an agent from a spec: a model, an alias, ``human`` or ``module:Class``.
+
+``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
+folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from agents.base import Agent
@@ -20,9 +28,26 @@ def is_custom_spec(spec: str) -> bool:
     return bool(_CUSTOM.match(spec)) and not spec.startswith("local:")
 
 
+def add_agents_path(folders: Iterable[str | Path]) -> None:
+    """Put folders first on the import path for ``module:Class`` specs; each must exist."""
+    for folder in reversed(list(folders)):
+        path = Path(folder).expanduser().resolve()
+        if not path.is_dir():
+            raise AgentSpecError(f"--agents-path {folder}: no such folder")
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+
+
+def _current_folder_importable() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def load_custom_agent(spec: str, **kwargs: Any) -> Agent:
-    """Import ``module:Class`` and instantiate it with ``kwargs``."""
+    """Import ``module:Class`` (the current folder first) and instantiate it with ``kwargs``."""
     module_name, _, attr = spec.partition(":")
+    _current_folder_importable()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from episodes.log import EpisodeLog
@@ -67,45 +67,70 @@ class Report:
         return clean({"tag": self.tag, "dimensions": self.dimensions, "rows": [asdict(r) for r in self.rows]})
 
 
-def build_report(logs: Iterable[EpisodeLog], tag: str | None = None, group_by_seat: bool = False) -> Report:
-    """Aggregate episodes. ``group_by_seat`` keys rows by ``model@seat`` instead of model."""
+@dataclass(frozen=True)
+class SeatResult:
+    """What a report takes from one seat of one episode: its model, status and scores (None unless rated)."""
+
+    model: str
+    seat: int
+    status: str
+    scores: dict[str, float] | None
+
+
+def seat_results(log: EpisodeLog) -> Iterator[SeatResult]:
+    ratings = log.rating.ratings if log.rating is not None else None
+    for seat, spec in enumerate(log.agents):
+        scores = None
+        if log.status != "failed" and ratings is not None:
+            scores = {dim: float(s.score) for dim, s in ratings[spec.name].scores.items()}
+        yield SeatResult(spec.model, seat, log.status, scores)
+
+
+def aggregate(results: Iterable[SeatResult], tag: str | None = None, group_by_seat: bool = False) -> Report:
+    """The one aggregation behind every report. ``group_by_seat`` keys rows by ``model@seat`` instead of model."""
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     rows: dict[str, ModelRow] = {}
     dims: list[str] = []
-    for log in logs:
-        for seat, spec in enumerate(log.agents):
-            key = f"{spec.model}@{seat + 1}" if group_by_seat else spec.model
-            row = rows.setdefault(key, ModelRow(key))
-            row.episodes += 1
-            if log.status == "failed":
-                row.failed += 1
-                continue
-            if log.rating is None or log.rating.ratings is None:
-                row.unrated += 1
-                continue
-            row.rated += 1
-            rating = log.rating.ratings[spec.name]
-            for dim, score in rating.scores.items():
-                if dim not in dims:
-                    dims.append(dim)
-                values[key][dim].append(float(score.score))
-            values[key]["overall"].append(rating.overall)
+    for result in results:
+        key = f"{result.model}@{result.seat + 1}" if group_by_seat else result.model
+        row = rows.setdefault(key, ModelRow(key))
+        row.episodes += 1
+        if result.status == "failed":
+            row.failed += 1
+            continue
+        if result.scores is None:
+            row.unrated += 1
+            continue
+        row.rated += 1
+        for dim, score in result.scores.items():
+            if dim not in dims:
+                dims.append(dim)
+            values[key][dim].append(score)
+        values[key]["overall"].append(sum(result.scores.values()) / len(result.scores))
     dims = [*dims, "overall"] if dims else []
     for key, row in rows.items():
         row.cells = {d: t_interval(values[key][d]) for d in dims if values[key][d]}
     return Report(tag=tag, dimensions=dims, rows=sorted(rows.values(), key=lambda r: r.model))
 
 
-def _fmt(cell: Cell | None) -> str:
+def build_report(logs: Iterable[EpisodeLog], tag: str | None = None, group_by_seat: bool = False) -> Report:
+    """Aggregate episodes. ``group_by_seat`` keys rows by ``model@seat`` instead of model."""
+    return aggregate((r for log in logs for r in seat_results(log)), tag, group_by_seat)
+
+
+def _half_width(cell: Cell) -> str:
+    return "" if math.isnan(cell.low) else f" ±{(cell.high - cell.low) / 2:.2f}"
+
+
+def _fmt(cell: Cell | None, with_n: bool = True) -> str:
     if cell is None:
         return "-"
-    if math.isnan(cell.low):
-        return f"{cell.mean:.2f} (n={cell.n})"
-    return f"{cell.mean:.2f} ±{(cell.high - cell.low) / 2:.2f} (n={cell.n})"
+    n = f" (n={cell.n})" if with_n else ""
+    return f"{cell.mean:.2f}{_half_width(cell)}{n}"
 
 
-def report_table(report: Report, title: str | None = None):
-    """A rich Table: one row per model, one column per dimension."""
+def wide_table(report: Report, title: str | None = None):
+    """One row per model, one column per dimension."""
     from rich.table import Table
 
     table = Table("model", *report.dimensions, "rated", "unrated", "failed", title=title or f"tag: {report.tag}")
@@ -118,6 +143,55 @@ def report_table(report: Report, title: str | None = None):
             str(row.failed),
         )
     return table
+
+
+def tall_table(report: Report, rows: list[ModelRow] | None = None, title: str | None = None):
+    """One row per dimension, one column per model (for narrow terminals). n is a row of its own."""
+    from rich.table import Table
+
+    rows = report.rows if rows is None else rows
+    table = Table("dimension", title=title or f"tag: {report.tag}")
+    for row in rows:
+        table.add_column(row.model, justify="right", overflow="fold")
+    for dim in report.dimensions:
+        table.add_row(dim, *(_fmt(r.cells.get(dim), with_n=_n_differs(r)) for r in rows))
+    table.add_section()
+    for label in ("rated", "unrated", "failed"):
+        table.add_row(label, *(str(getattr(r, label)) for r in rows))
+    return table
+
+
+def _n_differs(row: ModelRow) -> bool:
+    """Whether a model's dimensions have different n (then each cell says its n; else the 'rated' row does)."""
+    return len({cell.n for cell in row.cells.values()}) > 1 or any(c.n != row.rated for c in row.cells.values())
+
+
+def _measure(table) -> int:
+    from rich.console import Console
+
+    return Console(width=10_000).measure(table).maximum
+
+
+def report_tables(report: Report, width: int, title: str | None = None) -> list:
+    """The report as rich tables that fit ``width`` columns: the wide layout where it fits, else dimensions as
+    rows and models as columns, split into as many tables as the models need."""
+    wide = wide_table(report, title)
+    if _measure(wide) <= width or not report.rows:
+        return [wide]
+    tables, chunk = [], []
+    for row in report.rows:
+        if chunk and _measure(tall_table(report, [*chunk, row])) > width:
+            tables.append(tall_table(report, chunk, title))
+            chunk = []
+        chunk.append(row)
+    tables.append(tall_table(report, chunk, title))
+    return tables
+
+
+def print_report(report: Report, console, title: str | None = None) -> None:
+    """Print the report so that every number is readable in ``console``'s width."""
+    for table in report_tables(report, console.width, title):
+        console.print(table)
 
 
 def plot_report(report: Report, path: str) -> None:

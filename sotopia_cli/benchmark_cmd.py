@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, freeze_startup_objects, user_errors
-from sotopia_cli.options import ApiBase, Dimensions, ScenariosDir, Store, library, make_evaluator
+from sotopia_cli.options import AgentsPath, ApiBase, Dimensions, ScenariosDir, Store, library, make_evaluator
 
 
 def benchmark(
@@ -30,10 +30,11 @@ def benchmark(
     scenarios_dir: list[Path] = ScenariosDir,
     json_out: Path = typer.Option(None, "--json", help="Also write the report as JSON."),
     png: Path = typer.Option(None, "--png", help="Also draw the report as a PNG chart."),
+    agents_path: list[Path] = AgentsPath,
 ) -> None:
     """Run MODEL against PARTNER on every chosen scenario, in both seats; resumable under its tag."""
     from episodes.jobs import versus_jobs
-    from episodes.report import build_report, plot_report, report_table
+    from episodes.report import build_report, plot_report, print_report
     from episodes.runner import default_agent_factory, run_batch
     from sotopia_cli.episodes_cmds import open_store_or_fail
     from sotopia_env.backends.base import GenerationSettings
@@ -57,7 +58,7 @@ def benchmark(
         f"{summary.unrated} unrated, {summary.failed} failed ({summary.wall_seconds:.1f}s)"
     )
     rep = build_report(st.iter(tag), tag=tag)
-    console.print(report_table(rep))
+    print_report(rep, console)
     if json_out:
         import json
 

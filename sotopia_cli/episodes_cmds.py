@@ -172,13 +172,13 @@ def report(
     by_seat: bool = typer.Option(False, "--by-seat", help="Separate rows per seat (model@1, model@2)."),
 ) -> None:
     """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0."""
-    from episodes.report import build_report, plot_report, report_table
+    from episodes.report import build_report, plot_report, print_report
 
     st = open_store_or_fail(store)
     rep = build_report(st.iter(tag), tag=tag, group_by_seat=by_seat)
     if not rep.rows:
         raise fail(f"no episodes with tag {tag!r} in {st.url}")
-    console.print(report_table(rep))
+    print_report(rep, console)
     if json_out:
         json_out.write_text(json.dumps(rep.to_dict(), indent=2))
         console.print(f"wrote {json_out}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
 from sotopia_cli.benchmark_cmd import benchmark
+from sotopia_cli.common import fail
 from sotopia_cli.episodes_cmds import episodes_app, report
 from sotopia_cli.eval_cmds import eval_app
 from sotopia_cli.library_cmds import characters_app, scenarios_app
@@ -12,8 +14,21 @@ from sotopia_cli.models_cmds import models_app
 from sotopia_cli.run_cmd import run
 from sotopia_cli.train_cmds import train_app
 from sotopia_cli.view_cmd import view
+from sotopia_env.errors import UserError
+
+
+class _OneLineErrors(TyperGroup):
+    """Every ``UserError`` raised by any command becomes one line on stderr and exit code 1."""
+
+    def invoke(self, ctx):  # type: ignore[no-untyped-def]
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            raise fail(str(exc)) from None
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="sotopia-env",
     help="Social simulation for LLM agents: run episodes, rate them, train on them.",
     no_args_is_help=True,

@@ -15,6 +15,23 @@ Store = typer.Option(
 )
 ApiBase = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
 Evaluator = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge, or 'none' to skip rating.")
+
+
+def _agents_path(folders: list[Path] | None) -> list[Path] | None:
+    from agents.loading import AgentSpecError, add_agents_path
+    from sotopia_cli.common import user_errors
+
+    with user_errors(AgentSpecError):
+        add_agents_path(folders or [])
+    return folders
+
+
+AgentsPath = typer.Option(
+    None,
+    "--agents-path",
+    callback=_agents_path,
+    help="A folder to import module:Class agents from (repeatable); the current folder is always searched first.",
+)
 Dimensions = typer.Option(
     "sotopia", "--dimensions", help="'sotopia' (all seven), 'goal', or a comma list of SOTOPIA dimension names."
 )

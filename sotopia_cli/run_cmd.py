@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import ApiBase, Dimensions, Evaluator, ScenariosDir, Store, library, make_evaluator
+from sotopia_cli.options import AgentsPath, ApiBase, Dimensions, Evaluator, ScenariosDir, Store, library, make_evaluator
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -26,6 +26,7 @@ def run(
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the episode."),
     tag: str = typer.Option("run", "--tag", help="Tag the stored episode."),
     scenarios_dir: list[Path] = ScenariosDir,
+    agents_path: list[Path] = AgentsPath,
 ) -> None:
     """Run one episode and print the transcript as it happens. With no model arguments both agents
     (and the judge) use the embedded SmolLM2-135M: no API key, no server."""

@@ -29,7 +29,7 @@ def _errors():
 
 
 def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) -> None:
-    from episodes.report import report_table
+    from episodes.report import print_report
     from training.config import load_config
     from training.pipeline import run_stages
 
@@ -49,7 +49,7 @@ def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) ->
                 line += f"\n  note: {stage['note']}"
             console.print(line, highlight=False)
     if report.rows:
-        console.print(report_table(report, title=f"{config.output_dir}: every stage vs {config.eval.partner}"))
+        print_report(report, console, title=f"{config.output_dir}: every stage vs {config.eval.partner}")
     console.print(f"outputs in {config.output_dir} (state.json, report.json)")
 
 

@@ -30,10 +30,12 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from sotopia_env.errors import UserError
+
 _TRUE = {"1", "true", "yes", "on"}
 
 
-class ModelUnavailable(RuntimeError):
+class ModelUnavailable(UserError, RuntimeError):
     """No source could provide an embedded model's weights. The message is one line."""
 
 

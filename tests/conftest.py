@@ -1,14 +1,74 @@
-"""Shared fixtures. Embedded-model tests are marked ``model``; Redis tests skip loudly without REDIS_URL."""
+"""Shared fixtures. Embedded-model tests are marked ``model``.
+
+Redis tests use the server at ``REDIS_URL``. When it is unset and ``redis-server`` is on PATH, the session
+starts a throwaway server on a free loopback port (no persistence) and sets ``REDIS_URL`` to it; when neither
+is there, the Redis tests skip loudly.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SOTOPIA_SHARED", REPO.parent / "shared"))
+_throwaway_redis: subprocess.Popen | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_redis_server(port: int, workdir: str, *extra: str) -> subprocess.Popen:
+    """A real ``redis-server`` on 127.0.0.1:``port`` with its files in ``workdir``, answering PING on return."""
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return process
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"redis-server on port {port} did not answer within 10 s")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _throwaway_redis
+    if os.environ.get("REDIS_URL") or shutil.which("redis-server") is None:
+        return
+    port = free_port()
+    _throwaway_redis = start_redis_server(port, tempfile.mkdtemp(prefix="sotopia-test-redis-"), "--appendonly", "no")
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _throwaway_redis is not None:
+        _throwaway_redis.terminate()
+        _throwaway_redis.wait(timeout=10)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _throwaway_redis is not None:
+        return f"redis: started a throwaway redis-server for this session at {os.environ['REDIS_URL']}"
+    if os.environ.get("REDIS_URL"):
+        return f"redis: REDIS_URL={os.environ['REDIS_URL']}"
+    return "redis: REDIS_URL is unset and redis-server is not on PATH: the Redis tests will be SKIPPED"
 
 
 @pytest.fixture(scope="session")

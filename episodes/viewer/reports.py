@@ -1,8 +1,8 @@
 """Reports for the viewer, from the summary index, cached per index version.
 
-``summary_report`` aggregates exactly as ``episodes.report.build_report`` does
-(the tests check that they agree) but over ``Summary`` objects, so a report on
-ten thousand episodes needs no parsing of stored logs.
+``summary_report`` feeds ``episodes.report.aggregate`` (the one aggregation behind
+every report) from ``Summary`` objects, so a report on ten thousand episodes needs
+no parsing of stored logs.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from episodes.report import ModelRow, Report, plot_report, t_interval
+from episodes.report import Report, SeatResult, aggregate, plot_report
 from episodes.store import StoreError
 from episodes.viewer.index import IndexState, Summary, SummaryIndex
 
@@ -70,31 +70,13 @@ class ReportCache:
 
 
 def summary_report(items: Iterable[Summary], tag: str | None = None, group_by_seat: bool = False) -> Report:
-    """``build_report`` over summaries: every seat of a rated episode adds one value to its model's row."""
-    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    rows: dict[str, ModelRow] = {}
-    dims: list[str] = []
-    for s in items:
-        for seat, model in enumerate(s.models):
-            key = f"{model}@{seat + 1}" if group_by_seat else model
-            row = rows.setdefault(key, ModelRow(key))
-            row.episodes += 1
-            if s.status == "failed":
-                row.failed += 1
-            elif s.scores is None:
-                row.unrated += 1
-            else:
-                row.rated += 1
-                scores = s.scores[seat]
-                for dim, score in scores.items():
-                    if dim not in dims:
-                        dims.append(dim)
-                    values[key][dim].append(float(score))
-                values[key]["overall"].append(sum(scores.values()) / len(scores))
-    dims = [*dims, "overall"] if dims else []
-    for key, row in rows.items():
-        row.cells = {d: t_interval(values[key][d]) for d in dims if values[key][d]}
-    return Report(tag=tag, dimensions=dims, rows=sorted(rows.values(), key=lambda r: r.model))
+    """``build_report`` over summaries: the same aggregation, fed from the index instead of parsed logs."""
+    results = (
+        SeatResult(model, seat, s.status, None if s.scores is None or s.status == "failed" else s.scores[seat])
+        for s in items
+        for seat, model in enumerate(s.models)
+    )
+    return aggregate(results, tag, group_by_seat)
 
 
 def render_png(report: Report) -> bytes:
