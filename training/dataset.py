@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.prompt import render_prompt
 from episodes.log import EpisodeLog
 from sotopia_env.actions import ActionType
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.observation import Observation
+from sotopia_env.prompt import render_prompt
 from sotopia_env.transcript import Turn
 
 _NO_LIMIT = 10**9
