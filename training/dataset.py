@@ -4,11 +4,12 @@ Every example is in TRL's conversational prompt-completion format::
 
     {"prompt": [system, user], "completion": [{"role": "assistant", "content": <action JSON>}], ...metadata}
 
-``prompt`` is exactly ``render_prompt(observation)`` (the function ``LLMAgent``
-prompts with) for the observation the agent had on that turn. The observation is
-rebuilt by replaying the episode's recorded actions through ``SocialEnv``, so
-the model is trained on exactly what it would see at inference. ``SFTTrainer``
-puts the loss on the completion (the assistant's action) only.
+``prompt`` is exactly ``sotopia_env.prompt.render_prompt(observation)`` (the function
+``LLMAgent`` prompts with and the Gymnasium env observes through) for the
+observation the agent had on that turn. The observation is rebuilt by replaying
+the episode's recorded actions through ``SocialEnv``, so the model is trained on
+exactly what it would see at inference. ``SFTTrainer`` puts the loss on the
+completion (the assistant's action) only.
 
 The pipeline, top to bottom (``build_dataset``):
 
