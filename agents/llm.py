@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from agents.base import Usage
-from agents.prompt import render_prompt
 from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema, parse_action
 from sotopia_env.backends.base import Backend, GenerationSettings
 from sotopia_env.observation import Observation
+from sotopia_env.prompt import render_prompt
 
 
 class LLMAgent:

@@ -35,7 +35,6 @@ from _common import cpu_seconds, machine_line, maxrss_mb, print_table, two_seat_
 from _loopback_server import SPEAK, our_rating
 
 from agents.llm import LLMAgent
-from agents.prompt import render_prompt
 from agents.scripted import ScriptedAgent
 from episodes.runner import Job, play, run_batch
 from episodes.sqlite_store import SQLiteStore
@@ -46,6 +45,7 @@ from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, EpisodeContext
 from sotopia_env.llm_evaluator import LLMEvaluator, evaluation_prompt, parse_ratings, rating_schema
 from sotopia_env.observation import Observation, background_for, build_observation, labels_for
+from sotopia_env.prompt import render_prompt
 
 _ = _common
 LLM_SECONDS = [0.0]
@@ -180,7 +180,7 @@ def bench_pieces(setup, turns: int, n: int) -> list[tuple[str, float, str]]:
             "env.step builds one per agent",
         ),
         ("Observation.from_env", per_call(lambda: Observation.from_env(obs[acting]), n), f"{at} history entries"),
-        ("render_prompt", per_call(lambda: render_prompt(typed), n), "agents/prompt.py"),
+        ("render_prompt", per_call(lambda: render_prompt(typed), n), "sotopia_env/prompt.py"),
         ("action_json_schema", per_call(lambda: action_json_schema(typed.available_actions), n), ""),
         ("parse_action", per_call(lambda: parse_action(SPEAK), n), ""),
         ("evaluation_prompt", per_call(lambda: evaluation_prompt(context, SOTOPIA_DIMENSIONS), n), "once an episode"),

@@ -19,6 +19,10 @@ Returns of ``step``, all dicts keyed by agent name:
   agent's count), ``last_error``; on the last step also ``termination_reason``
   and ``evaluation`` (the agent's scores with reasoning, or ``{"error": ...}``).
 
+Between steps, ``acting`` lists the agents whose turn it is (empty before
+``reset`` and once the episode is over) and ``observe(agent)`` returns one
+agent's current observation: the dict the last ``reset``/``step`` returned for it.
+
 The env is synchronous and pure: same setup, seed and actions, same episode.
 """
 
@@ -84,6 +88,8 @@ class SocialEnv(ParallelEnv):
         self.turns: list[Turn] = []
         self.termination_reason: str | None = None
         self.rating: EpisodeRating | None = None
+        self._acting: list[str] = []
+        self._backgrounds: list[str] = []
 
     # -- spaces -------------------------------------------------------------
     @functools.cache  # noqa: B019 - one space object per agent, as PettingZoo requires
@@ -142,14 +148,23 @@ class SocialEnv(ParallelEnv):
                 return [candidate]
         return []
 
+    @property
+    def acting(self) -> list[str]:
+        """The agents whose turn it is: their actions count in the next ``step``."""
+        return list(self._acting)
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        """``agent``'s current observation, as the last ``reset``/``step`` returned it."""
+        if agent not in self.possible_agents:
+            raise ValueError(f"no agent {agent!r} in this episode (agents: {', '.join(self.possible_agents)})")
+        if not self._backgrounds:
+            raise RuntimeError("observe() called before reset()")
+        seat = self.possible_agents.index(agent)
+        available = list(ACTION_TYPES) if agent in self._acting else _NONE_ONLY
+        return build_observation(agent, self._backgrounds[seat], self._labels[seat], self.turns, self.turn, available)
+
     def _observations(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for seat, name in enumerate(self.possible_agents):
-            available = list(ACTION_TYPES) if name in self._acting else _NONE_ONLY
-            out[name] = build_observation(
-                name, self._backgrounds[seat], self._labels[seat], self.turns, self.turn, available
-            )
-        return out
+        return {name: self.observe(name) for name in self.possible_agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         if not self.agents:

@@ -1,18 +1,42 @@
 """A single-agent ``gymnasium.Env``: the learner holds one seat, a fixed partner the other.
 
-Registered as ``sotopia_env/Social-v0``. Observation and action are text:
-the observation is the learner's rendered observation (``Observation.text``), the
-action is the action JSON, e.g. ``{"action_type": "speak", "argument": "Hi"}``.
-Invalid action text does not raise: it counts as the learner's failed action
-and ``info["error"]`` says what was wrong.
+Registered as ``sotopia_env/Social-v0``. Observation and action are text.
 
-Rewards come from ``evaluator``. Without one, the wrapper uses the
-``RuleBasedEvaluator``: a deterministic placeholder (goal = 2 per spoken turn)
-that lets RL code run offline; pass an ``LLMEvaluator`` for real ratings.
+Observation: exactly the prompt an ``LLMAgent`` sends and the training data holds.
+``info["messages"]`` is ``sotopia_env.prompt.render_prompt(observation)``, the chat
+messages, and the observation string is those messages rendered by
+``sotopia_env.prompt.prompt_text``: with ``tokenizer`` (anything with
+``apply_chat_template``, e.g. a transformers tokenizer or ``LocalBackend.tokenizer``)
+its chat template with the generation prompt, byte for byte what the local backend
+feeds the model; without one a plain, deterministic ``role: content`` rendering.
+Chat-based learners read ``info["messages"]``, completion-based ones the string.
+
+Action: the action JSON, e.g. ``{"action_type": "speak", "argument": "Hi"}``.
+Invalid action text does not raise: it counts as the learner's failed action
+and ``info["error"]`` says what was wrong. ``action_space.sample()`` gives valid
+action JSON (never ``leave``), so a random policy plays whole episodes.
+
+Reward: the sum of two parts, both listed in ``info``.
+
+- ``info["env_reward"]``: the env's own reward for the learner: 0.0 until the
+  last step, then ``evaluator``'s score on ``config.reward_dimension`` (goal by
+  default). Without an evaluator, or when the evaluator could not rate the
+  episode, it is NaN and ``info["evaluation"]`` is ``{"error": ...}``: there is
+  no placeholder default. Pass ``RuleBasedEvaluator()`` explicitly for offline
+  smoke runs, an ``LLMEvaluator`` for real ratings.
+- ``info["shaping"]``: one value per ``reward_fns`` hook, each called as
+  ``fn(obs, action, info)`` after every step (the step's returned observation
+  string, the learner's action text, this step's info). A hook returning
+  ``None`` or NaN rated nothing: it is recorded as ``None`` and adds nothing.
+
+``info["rated"]`` is False exactly when the reward is NaN: the last step of an
+unrated episode, whatever the hooks said (shaping never hides a missing
+rating). RL code should drop or mask such episodes, never count them as 0.
 
 The partner is any object with ``act(observation) -> action`` (sync or async,
-receiving an ``Observation``). The default, ``CannedPartner``, says a few
-fixed lines and leaves; it exists so the env works with no LLM at all.
+receiving an ``Observation``), e.g. an ``LLMAgent``. The default,
+``CannedPartner``, says a few fixed lines and leaves; it exists so the env works
+with no LLM at all.
 
 Notes on ``gymnasium.utils.env_checker.check_env``: it passes. Two of its
 checks are vacuous for text spaces and say nothing about this env: the
@@ -24,16 +48,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
-from sotopia_env.evaluation import Evaluator, RuleBasedEvaluator
+from sotopia_env.evaluation import Evaluator
 from sotopia_env.observation import Observation
+from sotopia_env.prompt import prompt_text, render_prompt
 from sotopia_env.sampler import EpisodeSetup
-from sotopia_env.spaces import FreeText
+from sotopia_env.spaces import ActionText, FreeText
+
+RewardFn = Callable[[str, str, dict[str, Any]], float | None]
 
 
 class CannedPartner:
@@ -64,6 +93,11 @@ def _call_partner(partner: Any, observation: Observation) -> Any:
     return result
 
 
+def _rated(value: float | None) -> float | None:
+    """A hook's value, or None when it rated nothing (None or NaN)."""
+    return None if value is None or math.isnan(value) else float(value)
+
+
 class SingleAgentSocialEnv(gym.Env):
     metadata = {"render_modes": ["ansi"]}
 
@@ -75,13 +109,17 @@ class SingleAgentSocialEnv(gym.Env):
         evaluator: Evaluator | None = None,
         config: EnvConfig | None = None,
         render_mode: str | None = None,
+        reward_fns: Sequence[RewardFn] = (),
+        tokenizer: Any = None,
     ) -> None:
-        self.env = SocialEnv(setup=setup, evaluator=evaluator or RuleBasedEvaluator(), config=config)
+        self.env = SocialEnv(setup=setup, evaluator=evaluator, config=config)
         self.partner = partner if partner is not None else CannedPartner()
         self.learner_seat = learner_seat
         self.render_mode = render_mode
+        self.reward_fns = list(reward_fns)
+        self.tokenizer = tokenizer
         self.observation_space = FreeText()
-        self.action_space = FreeText(max_length=4000)
+        self.action_space = ActionText(max_length=4000)
 
     @property
     def learner(self) -> str:
@@ -99,7 +137,13 @@ class SingleAgentSocialEnv(gym.Env):
         if hasattr(self.partner, "reset"):
             self.partner.reset()
         obs, _, _, _, infos = self._advance_partner(obs, infos)
-        return obs[self.learner]["text"], {"turn": self.env.turn}
+        text, messages = self._observe(obs)
+        return text, {"turn": self.env.turn, "messages": messages}
+
+    def _observe(self, obs: dict) -> tuple[str, list[dict[str, str]]]:
+        """The learner's observation as ``render_prompt`` messages and as their rendered string."""
+        messages = render_prompt(Observation.from_env(obs[self.learner]))
+        return prompt_text(messages, self.tokenizer), messages
 
     def _advance_partner(self, obs: dict, infos: dict) -> tuple[dict, dict, dict, dict, dict]:
         """Let the partner act while it is the partner's turn alone."""
@@ -115,20 +159,25 @@ class SingleAgentSocialEnv(gym.Env):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         actions: dict[str, Any] = {self.learner: action}
-        if self.partner_name in self.env._acting:  # simultaneous order: the partner acts in the same step
-            partner_obs = Observation.from_env(self.env._observations()[self.partner_name])
-            actions[self.partner_name] = _call_partner(self.partner, partner_obs)
+        if self.partner_name in self.env.acting:  # simultaneous order: the partner acts in the same step
+            actions[self.partner_name] = _call_partner(
+                self.partner, Observation.from_env(self.env.observe(self.partner_name))
+            )
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         error = infos[self.learner]["last_error"]
         if self.env.agents:
             obs, rewards, terms, truncs, infos = self._advance_partner(obs, infos)
+        text, messages = self._observe(obs)
+        env_reward = float(rewards[self.learner])
         info = dict(infos[self.learner])
-        info["error"] = error
-        reward = rewards[self.learner]
-        return obs[self.learner]["text"], float(reward), terms[self.learner], truncs[self.learner], info
+        info.update(error=error, messages=messages, env_reward=env_reward)
+        info["shaping"] = shaping = [_rated(fn(text, action, info)) for fn in self.reward_fns]
+        reward = env_reward + sum(v for v in shaping if v is not None)
+        info["rated"] = not math.isnan(reward)
+        return text, reward, terms[self.learner], truncs[self.learner], info
 
     def render(self) -> str | None:
         return self.env.render()
 
 
-__all__ = ["SingleAgentSocialEnv", "CannedPartner"]
+__all__ = ["SingleAgentSocialEnv", "CannedPartner", "RewardFn"]

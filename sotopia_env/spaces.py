@@ -7,6 +7,7 @@ and admits any ``str`` up to ``max_length``.
 
 from __future__ import annotations
 
+import json
 import string
 from typing import Any
 
@@ -26,6 +27,22 @@ class FreeText(spaces.Text):
 
     def __repr__(self) -> str:
         return f"FreeText({self.min_length}, {self.max_length})"
+
+
+class ActionText(FreeText):
+    """Action JSON text. ``sample()`` gives a valid action (any type but ``leave``, a short printable
+    argument), so a random policy plays on instead of ending the episode with its first action."""
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        if mask is not None or probability is not None:
+            return super().sample(mask=mask, probability=probability)
+        kinds = [a for a in ACTION_TYPES if a != "leave"]
+        length = int(self.np_random.integers(1, 41))
+        argument = "".join(self.np_random.choice(list(PRINTABLE), size=length))
+        return json.dumps({"action_type": kinds[int(self.np_random.integers(len(kinds)))], "argument": argument})
+
+    def __repr__(self) -> str:
+        return f"ActionText({self.min_length}, {self.max_length})"
 
 
 def action_space() -> spaces.Dict:

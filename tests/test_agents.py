@@ -7,7 +7,6 @@ import pytest
 from agents.human import HumanAgent
 from agents.llm import LLMAgent
 from agents.loading import AgentSpecError, is_custom_spec, load_agent
-from agents.prompt import render_prompt
 from agents.scripted import ReplayAgent, ScriptedAgent
 from episodes.runner import play
 from sotopia_env.actions import ActionType, AgentAction
@@ -15,6 +14,7 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import SocialEnv
 from sotopia_env.evaluation import RuleBasedEvaluator
 from sotopia_env.observation import Observation
+from sotopia_env.prompt import render_prompt
 
 
 def first_observation(setup, seat=0):

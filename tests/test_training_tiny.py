@@ -16,9 +16,9 @@ from tiny_model import make_tiny_model
 
 
 def _corpus():
-    from agents.prompt import render_prompt
     from sotopia_env.env import SocialEnv
     from sotopia_env.library import load_library
+    from sotopia_env.prompt import render_prompt
     from sotopia_env.sampler import eligible_setups
 
     library = load_library()

@@ -4,11 +4,12 @@ Every example is in TRL's conversational prompt-completion format::
 
     {"prompt": [system, user], "completion": [{"role": "assistant", "content": <action JSON>}], ...metadata}
 
-``prompt`` is exactly ``render_prompt(observation)`` (the function ``LLMAgent``
-prompts with) for the observation the agent had on that turn. The observation is
-rebuilt by replaying the episode's recorded actions through ``SocialEnv``, so
-the model is trained on exactly what it would see at inference. ``SFTTrainer``
-puts the loss on the completion (the assistant's action) only.
+``prompt`` is exactly ``sotopia_env.prompt.render_prompt(observation)`` (the function
+``LLMAgent`` prompts with and the Gymnasium env observes through) for the
+observation the agent had on that turn. The observation is rebuilt by replaying
+the episode's recorded actions through ``SocialEnv``, so the model is trained on
+exactly what it would see at inference. ``SFTTrainer`` puts the loss on the
+completion (the assistant's action) only.
 
 The pipeline, top to bottom (``build_dataset``):
 
@@ -27,11 +28,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.prompt import render_prompt
 from episodes.log import EpisodeLog
 from sotopia_env.actions import ActionType
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.observation import Observation
+from sotopia_env.prompt import render_prompt
 from sotopia_env.transcript import Turn
 
 _NO_LIMIT = 10**9

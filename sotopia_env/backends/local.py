@@ -39,6 +39,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.prompt import prompt_text
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -295,9 +296,7 @@ class LocalBackend:
         return {"do_sample": True, "temperature": request.temperature, "top_p": request.top_p, "top_k": top_k}
 
     def _prompt(self, messages: list[dict[str, str]]) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
-        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        return prompt_text(messages, self.tokenizer)
 
     def _constraint(self, request: ChatRequest) -> xgr.CompiledGrammar | None:
         """The compiled grammar for a request's JSON schema or regex (cached), or None when unconstrained."""

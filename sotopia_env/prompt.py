@@ -2,9 +2,13 @@
 
 ``LLMAgent`` prompts with it, and the training data builder builds every
 example with it, so a model is trained on exactly what it sees at inference.
+The Gymnasium env (``sotopia_env.single_agent``) observes through it too, and
+``prompt_text`` renders the messages as the one string a model continues.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sotopia_env.observation import Observation
 
@@ -36,3 +40,11 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
         {"role": "system", "content": SYSTEM_TEMPLATE.format(name=obs.agent, background=obs.background)},
         {"role": "user", "content": user},
     ]
+
+
+def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:
+    """The messages as the one string a model continues: ``tokenizer``'s chat template with the generation
+    prompt when it has one, else a plain ``role: content`` line per message, then ``assistant: ``."""
+    if getattr(tokenizer, "chat_template", None):
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
