@@ -24,7 +24,8 @@ usage, and no place for a ``none`` turn of one agent when another acted on the
 same turn; an all-"did nothing" turn is read as a ``none`` by the round-robin
 agent of that turn (``agents[t % n]``). Reasoning survives per dimension (one
 line each). Unrated episodes are written with reward ``0.0`` and
-``unrated: <error>`` in the reasoning, and read back as unrated.
+``unrated: <error>`` in the reasoning, and read back as unrated; so is SOTOPIA's
+own placeholder, rewards of exactly 0 with no reasoning.
 """
 
 from __future__ import annotations
@@ -418,11 +419,29 @@ def _dimension_reasoning(reasoning: str, seat: int) -> dict[str, str]:
     return out
 
 
+def _placeholder(rewards: list[Any], tables: list[dict[str, Any]], reasoning: str) -> bool:
+    """SOTOPIA's stand-in for a rating it could not get: every reward exactly 0 (a bare ``0.0``, or all
+    scores 0) and no reasoning. A real judge that gives all zeros still says why."""
+
+    def zero(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+    def zero_reward(reward: Any, table: dict[str, Any]) -> bool:
+        if zero(reward):
+            return True
+        pair = isinstance(reward, list | tuple) and len(reward) == 2
+        return pair and zero(reward[0]) and all(zero(v) for v in table.values())
+
+    return not reasoning.strip() and all(zero_reward(r, t) for r, t in zip(rewards, tables, strict=True))
+
+
 def _rating(d: Mapping[str, Any], names: list[str], evaluator: str, what: str) -> EpisodeRating:
     rewards = d.get("rewards") or []
     if not isinstance(rewards, list) or len(rewards) != len(names):
         raise SotopiaFormatError(f"{what}: field 'rewards': expected one entry per agent ({len(names)})")
     tables = [r[1] if isinstance(r, list | tuple) and len(r) == 2 and isinstance(r[1], dict) else {} for r in rewards]
+    if _placeholder(rewards, tables, str(d.get("reasoning") or "")):
+        return EpisodeRating(evaluator=evaluator, error=NO_RATINGS)
     if all(set(DIMENSIONS) <= set(t) for t in tables):
         dims = DIMENSIONS
     elif all("goal" in t for t in tables):

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from episodes.log import EpisodeLog
 from episodes.sotopia_format import (
@@ -80,7 +80,7 @@ class PublicRow(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    episode_id: str | None = None
+    episode_id: str | None = Field(None, validation_alias=AliasChoices("episode_id", "epsiode_id"))
     environment_id: str | None = None
     agent_ids: list[str] | None = None
     experiment_tag: str | None = None
@@ -95,10 +95,30 @@ class PublicRow(BaseModel):
     reasoning: str | None = None
     rewards: list[Any] | None = None
 
+    @field_validator(
+        "agent_ids", "experiment_model_name_pairs", "raw_messages", "raw_rewards", "rewards", mode="before"
+    )
+    @classmethod
+    def _decoded(cls, value: Any) -> Any:
+        """Arrow cannot hold ``[score, {dimension: score}]``, so a ``datasets`` table may keep such columns as
+        JSON text: decode it."""
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                return value
+        return value
+
     @field_validator("agents_background", "social_goals", mode="before")
     @classmethod
     def _present(cls, value: Any) -> Any:
-        """A saved ``datasets`` table stores these as one struct with every name of every row: drop the nulls."""
+        """A saved ``datasets`` table stores these as one struct with every name of every row: drop the nulls.
+        Given as JSON text, they are decoded."""
+        if isinstance(value, str) and value.lstrip().startswith("{"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                return value
         return {k: v for k, v in value.items() if v is not None} if isinstance(value, Mapping) else value
 
     def seats(self, ordered: bool) -> list[str]:
