@@ -242,9 +242,11 @@ def messages_from_interactions(text: str, names: list[str]) -> list[list[list[st
     Paragraphs are turns; an empty paragraph is a turn whose agent did nothing. Turns follow the seats
     round-robin, as SOTOPIA plays them: an action by someone other than the turn's agent means the turn's
     agent did nothing (``render_for_humans`` leaves such turns out). A line that starts no action
-    continues the one before. SotopiaFormatError names the offending paragraph.
+    continues the one before; text up to a ``Conversation Starts:`` is the agents' perspectives and is
+    skipped. SotopiaFormatError names the offending paragraph.
     """
     actions: list[tuple[str, str] | None] = []  # None: an empty paragraph
+    text = text.rpartition("Conversation Starts:")[2]  # the perspectives before it, if any, are no turns
     for number, paragraph in enumerate(text.strip().split("\n\n")):
         if not paragraph.strip():
             actions.append(None)

@@ -167,6 +167,10 @@ def test_interactions_follow_the_seats_round_robin() -> None:
         [["Ben Ode", "Environment", "[action] waves"]],
         [["Ana Ruiz", "Environment", "left the conversation"]],
     ]
+    perspectives = "Ana Ruiz's perspective (i.e., what Ana Ruiz knows before the episode starts): ...\n"
+    assert messages_from_interactions(perspectives + "Conversation Starts:\n\n" + text, names)[1:2] == [
+        [["Ben Ode", "Environment", 'said: "Hi."']]
+    ]
 
 
 # -- other containers ---------------------------------------------------------------------------------
