@@ -22,13 +22,16 @@ in SOTOPIA's wording (``"Ana Ruiz is a 35-year-old female nurse. she/her pronoun
 Personality and values description: <...> Ana's secrets: <secret>"``) gives age, gender, occupation,
 pronouns, public info and secret; other text becomes the public info, with age 0. The personality text is
 read back only in the form ``export_public`` writes; SOTOPIA's free text has no field here and is dropped,
-as in ``episodes.sotopia_format``. The layout has no relationship: imported setups are strangers. Ratings
+as in ``episodes.sotopia_format``. The layout has no relationship: imported setups are strangers. Ids
+come from ``environment_id``/``agent_ids``, else from the codename (with a digest of the scenario text,
+since codenames repeat) and the names. Ratings
 follow ``sotopia_format``'s rules (a reward without its dimensions, e.g. SOTOPIA's placeholder 0, is
 unrated).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -296,7 +299,9 @@ def episode_from_public(row: Mapping[str, Any], agent_class: str = "LLMAgent", o
     for profile in agents.values():
         if not profile["last_name"]:
             raise SotopiaFormatError(f"field 'agents_background': {profile['first_name']!r} has no last name")
-    env_pk = r.environment_id or local_id(None, r.codename or "scenario")
+    # without an environment_id: the codename (not unique in SOTOPIA's data) and a digest of the scenario text
+    digest = hashlib.sha1(r.scenario.encode("utf-8")).hexdigest()[:8]
+    env_pk = r.environment_id or f"{local_id(None, r.codename or 'scenario')}-{digest}"
     env = {
         "pk": env_pk,
         "codename": r.codename or "",

@@ -128,6 +128,9 @@ def test_sotopia_pi_fixture() -> None:
         assert log.status == "unrated" and log.rating is not None and log.rating.error == NO_RATINGS
         assert log.setup.scenario.split == "train" and log.setup.relationship is None
     assert fridge.id == "01HER8PQ5ZK3M0X7N2T9YQW4AB" and fridge.setup.scenario.codename == "fridge_space_1"
+    assert fridge.setup.scenario.id.startswith("fridge_space_1-")  # codenames repeat; the text tells them apart
+    other = episode_from_public(json.loads(PI.read_text(encoding="utf-8"))[0] | {"scenario": "Another kitchen story."})
+    assert other.setup.scenario.id != fridge.setup.scenario.id
     mia, liam = fridge.setup.characters
     assert (mia.id, mia.name, mia.age, mia.gender, liam.occupation) == ("mia-davis", "Mia Davis", 29, "Woman", "chef")
     assert mia.secret == "She has been eating her housemate's yoghurt for weeks."
