@@ -24,7 +24,8 @@ usage, and no place for a ``none`` turn of one agent when another acted on the
 same turn; an all-"did nothing" turn is read as a ``none`` by the round-robin
 agent of that turn (``agents[t % n]``). Reasoning survives per dimension (one
 line each). Unrated episodes are written with reward ``0.0`` and
-``unrated: <error>`` in the reasoning, and read back as unrated.
+``unrated: <error>`` in the reasoning, and read back as unrated; so is SOTOPIA's
+own placeholder, rewards of exactly 0 with no reasoning.
 """
 
 from __future__ import annotations
@@ -379,15 +380,15 @@ def episode_to_sotopia(log: EpisodeLog) -> tuple[dict[str, Any], dict[str, Any],
 # -- episodes: SOTOPIA -> ours ------------------------------------------------------------------------
 
 
-def _turns(messages: Any, names: list[str], what: str) -> list[Turn]:
+def _turns(messages: Any, names: list[str], what: str, field: str = "messages") -> list[Turn]:
     if not isinstance(messages, list):
-        raise SotopiaFormatError(f"{what}: field 'messages': expected a list of turns")
+        raise SotopiaFormatError(f"{what}: field '{field}': expected a list of turns")
     turns = []
     for number, row in enumerate(messages):
         acts: list[tuple[str, str]] = []
         for entry in row if isinstance(row, list) else [None]:
             if not isinstance(entry, list | tuple) or len(entry) != 3:
-                raise SotopiaFormatError(f"{what}: field 'messages.{number}': expected [sender, receiver, message]")
+                raise SotopiaFormatError(f"{what}: field '{field}.{number}': expected [sender, receiver, message]")
             sender, receiver, text = (str(x) for x in entry)
             if receiver == ENV and sender != ENV:
                 acts.append((sender, text))
@@ -402,7 +403,7 @@ def _turns(messages: Any, names: list[str], what: str) -> list[Turn]:
             try:
                 action = message_to_action(text)
             except SotopiaFormatError as exc:
-                raise SotopiaFormatError(f"{what}: field 'messages.{number}': {exc}") from None
+                raise SotopiaFormatError(f"{what}: field '{field}.{number}': {exc}") from None
             turns.append(Turn(turn=number, agent=sender, action=action))
     return turns
 
@@ -418,11 +419,29 @@ def _dimension_reasoning(reasoning: str, seat: int) -> dict[str, str]:
     return out
 
 
+def _placeholder(rewards: list[Any], tables: list[dict[str, Any]], reasoning: str) -> bool:
+    """SOTOPIA's stand-in for a rating it could not get: every reward exactly 0 (a bare ``0.0``, or all
+    scores 0) and no reasoning. A real judge that gives all zeros still says why."""
+
+    def zero(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+    def zero_reward(reward: Any, table: dict[str, Any]) -> bool:
+        if zero(reward):
+            return True
+        pair = isinstance(reward, list | tuple) and len(reward) == 2
+        return pair and zero(reward[0]) and all(zero(v) for v in table.values())
+
+    return not reasoning.strip() and all(zero_reward(r, t) for r, t in zip(rewards, tables, strict=True))
+
+
 def _rating(d: Mapping[str, Any], names: list[str], evaluator: str, what: str) -> EpisodeRating:
     rewards = d.get("rewards") or []
     if not isinstance(rewards, list) or len(rewards) != len(names):
         raise SotopiaFormatError(f"{what}: field 'rewards': expected one entry per agent ({len(names)})")
     tables = [r[1] if isinstance(r, list | tuple) and len(r) == 2 and isinstance(r[1], dict) else {} for r in rewards]
+    if _placeholder(rewards, tables, str(d.get("reasoning") or "")):
+        return EpisodeRating(evaluator=evaluator, error=NO_RATINGS)
     if all(set(DIMENSIONS) <= set(t) for t in tables):
         dims = DIMENSIONS
     elif all("goal" in t for t in tables):
@@ -457,7 +476,10 @@ def episode_from_sotopia(
     agents_by_pk: Mapping[str, Mapping[str, Any]],
     relationships: Sequence[RelationshipProfile] = (),
     agent_class: str = "LLMAgent",
+    messages_field: str = "messages",
 ) -> EpisodeLog:
+    """One SOTOPIA EpisodeLog dict as ours (see ``episodes_from_sotopia``); ``messages_field`` names the
+    field the ``messages`` came from in errors."""
     pk = str(d.get("pk") or uuid.uuid4().hex)
     what = f"SOTOPIA episode {pk!r}"
     scenario = scenario_from_sotopia(_lookup(env_by_pk, str(d.get("environment")), "environment", what))
@@ -475,7 +497,7 @@ def episode_from_sotopia(
         combo_key=combo_key(setup, seat_models),
         setup=setup,
         agents=[AgentSpec(name=n, model=m, agent_class=agent_class) for n, m in zip(names, seat_models, strict=True)],
-        turns=_turns(d.get("messages") or [], names, what),
+        turns=_turns(d.get("messages") or [], names, what, messages_field),
         termination_reason=_termination(str(d.get("reasoning") or "")),
         rating=rating,
         status="rated" if rating.rated else "unrated",
@@ -503,7 +525,7 @@ def episodes_from_sotopia(
 # -- JSONL --------------------------------------------------------------------------------------------
 
 
-def _numbered_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+def numbered_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """``(file:line, object)`` for each non-blank line; SotopiaFormatError naming ``file:line`` on a bad one."""
     path = Path(path)
     try:
@@ -527,7 +549,7 @@ def _numbered_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file (any of SOTOPIA's record types), unconverted."""
-    return [row for _, row in _numbered_rows(path)]
+    return [row for _, row in numbered_rows(path)]
 
 
 def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
@@ -543,7 +565,7 @@ def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
 
 def _convert(path: str | Path, convert: Callable[[dict[str, Any]], T]) -> list[T]:
     out = []
-    for where, row in _numbered_rows(path):
+    for where, row in numbered_rows(path):
         try:
             out.append(convert(row))
         except SotopiaFormatError as exc:

@@ -87,12 +87,20 @@ def show(episode_id: str = typer.Argument(..., help="Episode id (or a unique pre
 
 @episodes_app.command("export")
 def export(
-    path: Path = typer.Argument(..., help="Output .jsonl file (jsonl) or directory (sotopia, hf)."),
+    path: Path = typer.Argument(..., help="Output .jsonl file (jsonl, sotopia-public) or directory (sotopia, hf)."),
     tag: str = typer.Option(None, help="Only this tag."),
-    fmt: str = typer.Option("jsonl", "--format", help="jsonl (ours), sotopia (SOTOPIA's layout), hf (dataset dir)."),
+    fmt: str = typer.Option(
+        "jsonl",
+        "--format",
+        help="jsonl (ours), sotopia (SOTOPIA's EpisodeLog + profile files), sotopia-public (SOTOPIA's "
+        "self-contained episodes_to_jsonl rows), hf (dataset dir).",
+    ),
     store: str = Store,
 ) -> None:
-    """Export episodes as our JSONL, SOTOPIA's JSONL layout, or a Hugging Face dataset directory."""
+    """Export episodes as our JSONL, one of SOTOPIA's layouts, or a Hugging Face dataset directory.
+
+    Both SOTOPIA layouts leave unrated and failed episodes out: SOTOPIA would read their placeholder 0 as a score.
+    """
     st = open_store_or_fail(store)
     logs = list(st.iter(tag))
     with user_errors(ValueError, OSError):
@@ -104,20 +112,29 @@ def export(
             from episodes.sotopia_format import export_sotopia
 
             export_sotopia(logs, path)
+        elif fmt == "sotopia-public":
+            from episodes.sotopia_public import export_public
+
+            logs = [log for log in logs if log.status == "rated"]
+            export_public(logs, path)
         elif fmt == "hf":
             from episodes.export import to_hf_dataset
 
             to_hf_dataset(logs).save_to_disk(str(path))
         else:
-            raise ValueError(f"unknown format {fmt!r} (jsonl, sotopia or hf)")
+            raise ValueError(f"unknown format {fmt!r} (jsonl, sotopia, sotopia-public or hf)")
     console.print(f"exported {len(logs)} episodes to {path}")
 
 
 @episodes_app.command("import")
 def import_(
-    path: Path = typer.Argument(..., help="Our JSONL file, or a directory exported in SOTOPIA's layout."),
+    path: Path = typer.Argument(
+        ...,
+        help="Our JSONL file; or, with --format sotopia, a directory in SOTOPIA's EpisodeLog + profiles layout, or "
+        "SOTOPIA's public layout as a JSONL file, a JSON array file or a saved datasets directory.",
+    ),
     tag: str = typer.Option(None, help="Re-tag the imported episodes."),
-    fmt: str = typer.Option("jsonl", "--format", help="jsonl (ours) or sotopia (SOTOPIA's JSONL layout)."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl (ours) or sotopia (either SOTOPIA layout, detected)."),
     store: str = Store,
 ) -> None:
     """Import episodes. Every record is validated before anything is written, so a bad file stores nothing."""
@@ -127,9 +144,9 @@ def import_(
 
             logs = import_jsonl(path)
         elif fmt == "sotopia":
-            from episodes.sotopia_format import import_sotopia
+            from episodes.sotopia_public import read_sotopia
 
-            logs = import_sotopia(path)
+            logs = read_sotopia(path)
         else:
             raise ValueError(f"unknown format {fmt!r} (jsonl or sotopia)")
     for log in logs:

@@ -6,6 +6,9 @@
 2. The rated episodes pass the filters (by default SOTOPIA-pi's best episode per
    scenario and role) and become one example per turn.
 3. A LoRA (or full fine-tune) of the base model is trained on them.
+
+With ``bc.source``, step 1 reads existing expert episodes instead (a store tag or an imported file, see
+``training.sources``): no expert model and no judge are needed.
 """
 
 from __future__ import annotations
@@ -13,27 +16,39 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from episodes.jobs import self_play_jobs
+from episodes.log import EpisodeLog
 from training.context import StageContext, StageResult, batch_counts
 from training.dataset import build_dataset
+from training.sources import keep_unrated, read_source, status_counts, with_library_splits
 from training.trainer import train
 
 STAGE = "bc"
 
 
-def run_bc(ctx: StageContext) -> StageResult:
+def expert_episodes(ctx: StageContext) -> tuple[list[EpisodeLog], str, dict[str, int]]:
+    """(episodes, their tag, their counts): generated and rated now, or read from ``bc.source``."""
     c = ctx.config
-    out = (c.out / STAGE).resolve()
+    if c.bc.source is not None:
+        logs = read_source(c.bc.source, ctx.store, f"{c.source}: field 'bc.source'")
+        return with_library_splits(logs, ctx.library), c.bc.source.tag or "", status_counts(logs)
     tag = ctx.tag(STAGE)
-
-    # 1. expert episodes, rated
     scenarios = ctx.scenarios("bc.scenarios", c.bc.scenarios)
     jobs = self_play_jobs(scenarios, ctx.library, c.bc.expert, c.bc.episodes_per_scenario, c.seed)
     summary = ctx.run_jobs(jobs, tag)
+    keys = {job.key for job in jobs}  # only this config's episodes, if the tag holds others
+    return [log for log in ctx.store.iter(tag) if log.combo_key in keys], tag, batch_counts(summary)
 
-    # 2. the filtered dataset (only this config's episodes, if the tag holds others)
-    keys = {job.key for job in jobs}
-    logs = [log for log in ctx.store.iter(tag) if log.combo_key in keys]
-    dataset, stats = build_dataset(logs, *c.bc.filter.build(c.seed), config=c.env)
+
+def run_bc(ctx: StageContext) -> StageResult:
+    c = ctx.config
+    out = (c.out / STAGE).resolve()
+
+    # 1. expert episodes, rated (or as the source has them)
+    logs, tag, counts = expert_episodes(ctx)
+
+    # 2. the filtered dataset
+    unrated = c.bc.source is not None and keep_unrated(logs, c.bc.filter, f"{c.source}: field 'bc.source'")
+    dataset, stats = build_dataset(logs, *c.bc.filter.build(c.seed), config=c.env, keep_unrated=unrated)
     out.mkdir(parents=True, exist_ok=True)
     dataset.to_json(str(out / "dataset.jsonl"))
 
@@ -46,7 +61,7 @@ def run_bc(ctx: StageContext) -> StageResult:
         name=STAGE,
         model=result.model_dir,
         tag=tag,
-        episodes=batch_counts(summary),
+        episodes=counts,
         dataset=stats.summary(),
         train=asdict(result),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict
 
@@ -40,13 +40,26 @@ class EvaluatorConfig:
 
 
 @dataclass
+class EpisodeSource:
+    """Expert episodes that already exist: a ``tag`` in the pipeline's store, or a file (``path``) in our JSONL
+    (``format: jsonl``) or either SOTOPIA layout (``format: sotopia``, as ``episodes import`` reads it)."""
+
+    tag: str | None = None
+    path: str | None = None
+    format: Literal["jsonl", "sotopia"] | None = None  # with path; default jsonl
+
+
+@dataclass
 class BCConfig:
-    """Behaviour cloning: the expert plays itself on ``scenarios``; the best episodes are trained on."""
+    """Behaviour cloning: the expert plays itself on ``scenarios``; the best episodes are trained on.
+    With ``source``, the expert episodes come from there instead (``expert``, ``scenarios`` and
+    ``episodes_per_scenario`` are then unused)."""
 
     enabled: bool = True
     expert: str = "gpt-4o"  # any agent spec: a model, an alias, or module:Class
     scenarios: str = "train"
     episodes_per_scenario: int = 2
+    source: EpisodeSource | None = None
     filter: FilterConfig = field(default_factory=FilterConfig)
     train: dict[str, Any] = field(default_factory=dict)  # overrides of the top-level train section
 
@@ -150,6 +163,14 @@ def _check_values(c: PipelineConfig) -> None:
         raise bad("sr.rounds", f"must be 0 or more, not {c.sr.rounds}")
     if not c.output_dir.strip():
         raise bad("output_dir", "must not be empty")
+    source = c.bc.source
+    if source is not None:
+        if (source.tag is None) == (source.path is None):
+            raise bad("bc.source", "give either tag (episodes in the store) or path (a file), not both")
+        if source.tag is not None and source.format is not None:
+            raise bad("bc.source.format", "only for a path; a tag's episodes are in the store already")
+        if source.path is not None and not Path(source.path).exists():
+            raise bad("bc.source.path", f"{source.path}: no such file or directory")
 
 
 def load_config(path: str | Path) -> PipelineConfig:

@@ -14,7 +14,8 @@ completion (the assistant's action) only.
 The pipeline, top to bottom (``build_dataset``):
 
 1. refuse episodes of ``test`` scenarios (``TestSplitError``);
-2. skip failed and unrated episodes (counted, never silently);
+2. skip failed and unrated episodes (counted, never silently); with ``keep_unrated`` (data rated or
+   filtered elsewhere, e.g. the released SOTOPIA-pi episodes, and no rating filters) unrated ones are kept;
 3. split each episode into ``Sample``s, one per seat, and run the sample filters
    (e.g. SOTOPIA-pi's best episode per scenario and role, a goal threshold);
 4. replay the kept samples into ``Example``s and run the example filters
@@ -101,6 +102,7 @@ class DatasetStats:
     episodes: int = 0
     skipped_failed: int = 0
     skipped_unrated: int = 0
+    unrated_kept: int = 0
     samples: int = 0
     samples_kept: int = 0
     examples_replayed: int = 0
@@ -109,9 +111,15 @@ class DatasetStats:
 
     def summary(self) -> str:
         seats = ", ".join(f"seat {s + 1}: {n}" for s, n in sorted(self.per_seat.items())) or "none"
+        if self.unrated_kept:
+            head = (
+                f"{self.episodes} episodes, {self.unrated_kept} unrated: rating filters off "
+                f"({self.skipped_failed} failed skipped)"
+            )
+        else:
+            head = f"{self.episodes} episodes ({self.skipped_failed} failed and {self.skipped_unrated} unrated skipped)"
         return (
-            f"{self.episodes} episodes ({self.skipped_failed} failed and {self.skipped_unrated} unrated skipped); "
-            f"{self.samples_kept}/{self.samples} agent-episodes kept; "
+            f"{head}; {self.samples_kept}/{self.samples} agent-episodes kept; "
             f"{self.examples}/{self.examples_replayed} turns kept ({seats})"
         )
 
@@ -254,6 +262,11 @@ class FilterConfig:
     drop_none: bool = True
     balance_roles: bool = False
 
+    @property
+    def uses_ratings(self) -> bool:
+        """Whether a filter ranks or thresholds by rating (so unrated episodes cannot take part)."""
+        return self.top1_per_scenario_role or self.min_goal is not None
+
     def build(self, seed: int = 0) -> tuple[list[SampleFilter], list[ExampleFilter]]:
         samples: list[SampleFilter] = []
         if self.top1_per_scenario_role:
@@ -273,20 +286,26 @@ def collect_examples(
     sample_filters: Sequence[SampleFilter] = (),
     example_filters: Sequence[ExampleFilter] = (),
     config: EnvConfig | None = None,
+    keep_unrated: bool = False,
 ) -> tuple[list[Example], DatasetStats]:
-    """Run the pipeline of the module docstring; the examples and the counts of each step."""
+    """Run the pipeline of the module docstring; the examples and the counts of each step.
+    ``keep_unrated`` is for sample filters that do not look at ratings."""
     logs = list(logs)
     refuse_test_split(logs)
     stats = DatasetStats(episodes=len(logs))
-    rated = []
+    kept = []
     for log in logs:
         if log.status == "failed":
             stats.skipped_failed += 1
         elif log.rating is None or log.rating.ratings is None:
-            stats.skipped_unrated += 1
+            if keep_unrated:
+                stats.unrated_kept += 1
+                kept.append(log)
+            else:
+                stats.skipped_unrated += 1
         else:
-            rated.append(log)
-    samples = [Sample(log, seat) for log in rated for seat in range(len(log.agents))]
+            kept.append(log)
+    samples = [Sample(log, seat) for log in kept for seat in range(len(log.agents))]
     stats.samples = len(samples)
     for sample_filter in sample_filters:
         samples = sample_filter(samples)
@@ -313,7 +332,8 @@ def build_dataset(
     sample_filters: Sequence[SampleFilter] = (),
     example_filters: Sequence[ExampleFilter] = (),
     config: EnvConfig | None = None,
+    keep_unrated: bool = False,
 ):
     """``(datasets.Dataset, DatasetStats)``: ``collect_examples`` as a Hugging Face dataset."""
-    examples, stats = collect_examples(logs, sample_filters, example_filters, config)
+    examples, stats = collect_examples(logs, sample_filters, example_filters, config, keep_unrated)
     return to_hf_dataset(examples), stats
