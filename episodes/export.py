@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from episodes.log import SCHEMA_VERSION, EpisodeLog
 from episodes.store import EpisodeStore
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
+from sotopia_env.jsonl import json_lines
 from sotopia_env.validation import field_problem
 
 
@@ -74,26 +75,7 @@ def episode_from_dict(data: Any, where: str) -> EpisodeLog:
 
 def import_jsonl(path: str | Path) -> list[EpisodeLog]:
     """Every episode in ``path``; EpisodeFileError naming ``file:line`` (and the field) on the first bad line."""
-    path = Path(path)
-    try:
-        raw_lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise EpisodeFileError(f"{path}: cannot read file: {exc.strerror or exc}") from None
-    logs = []
-    for number, raw in enumerate(raw_lines, 1):
-        where = f"{path}:{number}"
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise EpisodeFileError(f"{where}: not UTF-8 text") from None
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EpisodeFileError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-        logs.append(episode_from_dict(data, where))
-    return logs
+    return [episode_from_dict(data, where) for where, data in json_lines(path, EpisodeFileError, objects=False)]
 
 
 def import_jsonl_into(path: str | Path, store: EpisodeStore) -> int:

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, DimensionScore, EpisodeRating
+from sotopia_env.jsonl import json_lines
 from sotopia_env.observation import background_for
 from sotopia_env.profiles import AgentConstraint, BigFive, Character, RelationshipProfile, Scenario
 from sotopia_env.sampler import EpisodeSetup
@@ -527,24 +528,7 @@ def episodes_from_sotopia(
 
 def numbered_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """``(file:line, object)`` for each non-blank line; SotopiaFormatError naming ``file:line`` on a bad one."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SotopiaFormatError(f"{path}: cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SotopiaFormatError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(row, dict):
-            raise SotopiaFormatError(f"{where}: expected a JSON object")
-        rows.append((where, row))
-    return rows
+    return list(json_lines(path, SotopiaFormatError))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

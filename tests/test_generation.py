@@ -122,7 +122,7 @@ def test_seed_files_csv_text_and_errors(tmp_path: Path) -> None:
     assert [s.text for s in read_seeds(txt)] == ["one seed", "two seed"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"context": "ok"}\n{oops\n')
-    with pytest.raises(SeedFileError, match=r"bad.jsonl:2: invalid JSON"):
+    with pytest.raises(SeedFileError, match=r"bad.jsonl:2: malformed JSON"):
         read_seeds(bad)
     with pytest.raises(SeedFileError, match="no such file"):
         read_seeds(tmp_path / "missing.jsonl")

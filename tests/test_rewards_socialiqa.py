@@ -286,7 +286,7 @@ def test_load_skips_blank_lines_and_ignores_extra_fields(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("{not json", "items.jsonl:2: invalid JSON"),
+        ("{not json", "items.jsonl:2: malformed JSON"),
         (
             json.dumps({k: v for k, v in ROW.items() if k != "answerB"}),
             "items.jsonl:2: field 'answerB': Field required",

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sotopia_env.jsonl import json_lines
+
 USED_SEEDS_FILE = ".used_seeds.jsonl"
 _NON_WORD = re.compile(r"[^\w]+")
 
@@ -68,16 +70,11 @@ def _rows(path: Path, column: str) -> Iterator[tuple[int, object]]:
             for row in reader:
                 yield reader.line_num, row.get(column)
         elif suffix in (".jsonl", ".ndjson", ".json"):
-            for n, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SeedFileError(f"{path}:{n}: invalid JSON ({exc.msg})") from None
+            for where, obj in json_lines(path, SeedFileError, objects=False):
+                n = int(where.rpartition(":")[2])
                 if isinstance(obj, dict):
                     if column not in obj:
-                        raise SeedFileError(f"{path}:{n}: no field {column!r} (fields: {', '.join(obj) or 'none'})")
+                        raise SeedFileError(f"{where}: no field {column!r} (fields: {', '.join(obj) or 'none'})")
                     yield n, obj[column]
                 else:
                     yield n, obj
@@ -126,13 +123,10 @@ class UsedSeeds:
         self.path = Path(out_dir) / USED_SEEDS_FILE
         self.keys: set[str] = set()
         if self.path.is_file():
-            for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    self.keys.add(str(json.loads(line)["hash"]))
-                except (ValueError, KeyError, TypeError):
-                    raise SeedFileError(f"{self.path}:{n}: not a used-seed record") from None
+            for where, record in json_lines(self.path, SeedFileError):
+                if "hash" not in record:
+                    raise SeedFileError(f"{where}: not a used-seed record")
+                self.keys.add(str(record["hash"]))
 
     def __contains__(self, seed: Seed) -> bool:
         return seed.key in self.keys

@@ -9,7 +9,6 @@ whether or not the format is valid; the format reward penalises the rest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sotopia_env.jsonl import json_lines
 from sotopia_env.validation import field_problem
 from training.rewards._text import Completion, check_aligned
 from training.rewards.think_format import FormatConfig, answer_block, check_format, parse_choice
@@ -49,19 +49,13 @@ class SocialIQaItem(BaseModel):
 
 
 def load_socialiqa(path: str | Path) -> list[SocialIQaItem]:
-    """Read Social IQa JSONL; blank lines are skipped, bad lines raise a one-line ValueError."""
-    path = Path(path)
+    """Read Social IQa JSONL; blank lines are skipped, bad lines raise a one-line ValueError naming file:line."""
     items = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append(SocialIQaItem.model_validate(json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
-            except ValidationError as exc:
-                raise ValueError(f"{path}:{number}: {field_problem(exc, '(line)')}") from None
+    for where, row in json_lines(path, objects=False):
+        try:
+            items.append(SocialIQaItem.model_validate(row))
+        except ValidationError as exc:
+            raise ValueError(f"{where}: {field_problem(exc, '(line)')}") from None
     return items
 
 
