@@ -5,14 +5,14 @@ Every command and stage goes through ``run_episode``: ``sotopia-env run`` (one e
 evaluation), and ``episodes evaluate`` (``episodes.rate``, which hands it episodes played
 before, so only the rate -> store tail runs). The steps:
 
-1. play: ``play_turns`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
+1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
    or any other exception, makes a ``failed`` log instead (a batch never dies of one episode).
 2. rate: ``rate`` calls ``sotopia_env.evaluation.aevaluate_safely``, the same call the env's own
    terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error.
 3. store: ``StoreWriter.put`` (``episodes.store_writer``) retries a store fault, then spills the
    episode to a JSONL file that ``episodes import`` restores.
 
-``play`` is steps 1-2 for direct use (stores nothing, raises what breaks).
+``play`` with an evaluator is steps 1-2 for direct use (stores nothing, raises what breaks).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ async def _play_job(
     try:
         factory = agents or default_agent_factory()
         seats = [factory(s, i) for i, s in enumerate(job.agent_specs)] if callable(factory) else list(factory)
-        log = await play_turns(job.setup, seats, config, job.agent_specs, tag, job.repeat, job.seed, on_turn)
+        log = await play(job.setup, seats, None, config, job.agent_specs, tag, job.repeat, on_turn, job.seed)
     except Exception as exc:
         log = _failed_log(job, tag, exc, started)
     if job.episode_id:
@@ -123,17 +123,19 @@ async def _play_job(
     return log
 
 
-async def play_turns(
+async def play(
     setup: EpisodeSetup,
     agents: Sequence[Agent],
+    evaluator: Evaluator | None = None,
     config: EnvConfig | None = None,
     specs: Sequence[str] | None = None,
     tag: str = "",
     repeat: int = 0,
-    seed: int | None = None,
     on_turn: TurnCallback | None = None,
+    seed: int | None = None,
 ) -> EpisodeLog:
-    """Step 1: play one episode to its end. Returns the unrated log."""
+    """Steps 1-2 for direct use: play one episode to its end, then ``rate`` it (when given an evaluator).
+    Stores nothing; raises what breaks. ``run_episode`` calls it without an evaluator and rates next."""
     started = time.perf_counter()
     env = SocialEnv(setup=setup, config=config)  # no evaluator: rating is step 2, off the env's sync path
     for agent in agents:
@@ -150,7 +152,7 @@ async def play_turns(
             for turn in env.turns[before:]:
                 on_turn(turn)
     specs = list(specs) if specs is not None else [getattr(a, "model", type(a).__name__) for a in agents]
-    return EpisodeLog(
+    log = EpisodeLog(
         tag=tag,
         combo_key=combo_key(setup, specs, repeat),
         setup=setup,
@@ -167,6 +169,7 @@ async def play_turns(
         usage={name: _usage_record(agent) for name, agent in by_name.items()},
         wall_seconds=round(time.perf_counter() - started, 3),
     )
+    return await rate(log, evaluator)
 
 
 async def rate(log: EpisodeLog, evaluator: Evaluator | None) -> EpisodeLog:
@@ -180,21 +183,6 @@ async def rate(log: EpisodeLog, evaluator: Evaluator | None) -> EpisodeLog:
     if rating.usage:
         log.usage["evaluator"] = UsageRecord(**rating.usage)
     return log
-
-
-async def play(
-    setup: EpisodeSetup,
-    agents: Sequence[Agent],
-    evaluator: Evaluator | None = None,
-    config: EnvConfig | None = None,
-    specs: Sequence[str] | None = None,
-    tag: str = "",
-    repeat: int = 0,
-    on_turn: TurnCallback | None = None,
-    seed: int | None = None,
-) -> EpisodeLog:
-    """Play one episode to its end and rate it: ``run_episode``'s steps 1-2, for direct use. Stores nothing."""
-    return await rate(await play_turns(setup, agents, config, specs, tag, repeat, seed, on_turn), evaluator)
 
 
 def default_agent_factory(**agent_options: Any) -> AgentFactory:
