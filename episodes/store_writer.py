@@ -135,7 +135,7 @@ class StoreWriter:
         path = shlex.quote(str(self.spill_path))
         raise EpisodesSpilled(
             f"{self.spilled} finished episode(s) could not be stored in {self.store.url} ({self._last_error}); "
-            f"they are saved in {self.spill_path}. Restore them with: "
+            f"they are saved in {self.spill_path}. Restore them (before rerunning) with: "
             f"sotopia-env episodes import {path} --store {shlex.quote(self.store.url)}",
             self.spill_path,
             self.spilled,
