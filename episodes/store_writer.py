@@ -2,7 +2,8 @@
 
 ``StoreWriter.put`` is the last step of ``episodes.runner.run_episode``:
 
-1. The write runs in a worker thread, so the event loop keeps playing the other episodes.
+1. The write runs in one of the writer's own threads (4), so the event loop keeps playing the other
+   episodes, and writes stuck on a locked SQLite file never starve the default executor that backends use.
 2. A fault that may pass (``StoreUnavailable``: Redis down or restarting, SQLite locked or read-only) is
    retried with backoff (0.1 s, doubling, at most 2 s apart) until the outage is ``retry_seconds`` old (60 s
    by default). An outage has one window, shared by every episode that waits on it: a store that is back
@@ -28,6 +29,8 @@ import shlex
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from episodes.log import EpisodeLog
@@ -35,6 +38,7 @@ from episodes.store import EpisodeStore, StoreError, StoreUnavailable
 
 DEFAULT_RETRY_SECONDS = 60.0
 _FIRST_WAIT, _MAX_WAIT = 0.1, 2.0
+_THREADS = 4
 
 
 class EpisodesSpilled(StoreError):
@@ -72,6 +76,10 @@ class StoreWriter:
         self._down_since: float | None = None
         self._last_error = ""
         self._spill_lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="store-writer")
+
+    async def _in_thread(self, write: Callable[[EpisodeLog], None], log: EpisodeLog) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._threads, write, log)
 
     async def put(self, log: EpisodeLog) -> bool:
         """Store ``log`` (True), or append it to the spill file (False). Never raises for a store fault."""
@@ -79,7 +87,7 @@ class StoreWriter:
         while True:
             started = time.monotonic()
             try:
-                await asyncio.to_thread(self.store.put, log)
+                await self._in_thread(self.store.put, log)
             except StoreUnavailable as exc:
                 self._last_error = str(exc)
                 self._down_since = self._down_since if self._down_since is not None else started
@@ -95,7 +103,7 @@ class StoreWriter:
                 self._down_since = None
                 self.stored += 1
                 return True
-        await asyncio.to_thread(self._spill, log)
+        await self._in_thread(self._spill, log)
         return False
 
     def _spill(self, log: EpisodeLog) -> None:

@@ -247,6 +247,37 @@ def test_sqlite_locked_for_a_moment_loses_nothing(tmp_path: Path):
     assert not (tmp_path / "spill").exists()
 
 
+def test_the_batch_keeps_playing_while_a_write_is_retried(tmp_path: Path):
+    """A write stuck on a locked file holds no concurrency slot: every episode starts while the lock is held."""
+    db = tmp_path / "eps.db"
+    store = SQLiteStore(str(db), timeout=0.2)
+    seats_built: list[str] = []
+    make = batch_worker.factory(0.02)
+
+    def factory(spec: str, seat: int):
+        seats_built.append(spec)
+        return make(spec, seat)
+
+    locked: dict[str, int] = {}
+
+    def hold() -> None:
+        wait_until(lambda: store.count(tag=TAG) >= 1)
+        with write_lock(db):
+            locked["stored"] = store.count(tag=TAG)
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: len(seats_built) == 2 * N, timeout=10)
+            locked["started"] = len(seats_built) // 2
+
+    thread = in_background(hold)
+    summary = asyncio.run(
+        run_batch(batch_worker.jobs(N), store, TAG, None, factory, concurrency=2, progress=False, retry_seconds=30)
+    )
+    thread.join()
+    assert locked["stored"] < N - 2 and locked["started"] == N  # all started while nothing could be stored
+    assert summary.unrated == N
+    assert_complete(store, TAG, N)
+
+
 def test_sqlite_locked_for_good_spills_then_import_completes(tmp_path: Path):
     db = tmp_path / "eps.db"
     store = SQLiteStore(str(db), timeout=0.2)
