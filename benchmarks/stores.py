@@ -8,7 +8,7 @@ Episodes come from ``tests/episode_fixtures.py::make_episodes`` (realistic logs,
 Redis: ``$REDIS_URL`` when set; otherwise a ``redis-server`` on PATH is started on a free port (no
 persistence) and stopped at the end; otherwise Redis is skipped with a message. Every write mode starts from
 an empty store (a new SQLite file, a new Redis key prefix). Writers are threads sharing one store object, as
-``run_batch`` does (it calls ``store.put`` from ``asyncio.to_thread``). The input logs are moved out of the
+``run_batch`` does (its ``StoreWriter`` calls ``store.put`` from worker threads). The input logs are moved out of the
 garbage collector's sight (``gc.freeze``) once built; what a read builds is not.
 """
 

@@ -1,34 +1,35 @@
-"""Rating stored episodes after the fact (``episodes evaluate --unrated``)."""
+"""Rating stored episodes after the fact (``episodes evaluate``): the rate -> store tail of ``run_episode``."""
 
 from __future__ import annotations
 
 import asyncio
 
-from episodes.log import UsageRecord
+from episodes.runner import run_episode
 from episodes.store import EpisodeStore
-from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
+from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
+from sotopia_env.evaluation import Evaluator
 
 
 async def rate_stored(
-    store: EpisodeStore, evaluator: Evaluator, tag: str | None = None, only_unrated: bool = True, concurrency: int = 8
+    store: EpisodeStore,
+    evaluator: Evaluator,
+    tag: str | None = None,
+    only_unrated: bool = True,
+    concurrency: int = 8,
+    retry_seconds: float = DEFAULT_RETRY_SECONDS,
 ) -> dict[str, int]:
-    """Rate (or re-rate) stored episodes in place. Failed episodes, which have no transcript to rate, are skipped."""
-    logs = [log for log in store.iter(tag) if log.status != "failed" and (not only_unrated or log.status == "unrated")]
-    semaphore = asyncio.Semaphore(max(1, concurrency))
-    counts = {"rated": 0, "unrated": 0}
+    """Rate (or re-rate) stored episodes in place. Failed episodes, which have no transcript to rate, are skipped.
 
-    async def one(log) -> None:
-        async with semaphore:
-            context = EpisodeContext(setup=log.setup, turns=log.turns, termination_reason=log.termination_reason or "")
-            rating = await aevaluate_safely(evaluator, context)
-            log.rating = rating
-            log.status = "rated" if rating.rated else "unrated"
-            if rating.usage:
-                log.usage["evaluator"] = UsageRecord(**rating.usage)
-            await asyncio.to_thread(store.put, log)
-            counts[log.status] += 1
+    Raises ``EpisodesSpilled`` at the end if the store went down and stayed down (the ratings are in the spill file).
+    """
+    logs = [log for log in store.iter(tag) if log.status != "failed" and (not only_unrated or log.status == "unrated")]
+    writer = StoreWriter(store, f"rate-{tag or 'all'}", retry_seconds)
+    slot = asyncio.Semaphore(max(1, concurrency))
+    counts = {"rated": 0, "unrated": 0}
 
     from episodes.progress import track
 
-    await track([one(log) for log in logs], description="rating", enabled=True)
+    for log in await track([run_episode(log, evaluator, writer, slot=slot) for log in logs], description="rating"):
+        counts[log.status] += 1
+    writer.finish()
     return counts

@@ -28,9 +28,11 @@ from urllib.parse import urlsplit
 import redis
 
 from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError, check_status, created_timestamp, gc_paused, load_stored
+from episodes.store import StoreError, StoreUnavailable, check_status, created_timestamp, gc_paused, load_stored
 
 _BATCH = 200
+_TRANSIENT_ERRORS = (redis.exceptions.ReadOnlyError, redis.exceptions.ExecAbortError)
+_TRANSIENT_REPLIES = ("OOM", "MISCONF", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "LOADING")
 
 
 def redact_url(url: str, with_db: bool = True) -> str:
@@ -107,10 +109,23 @@ class RedisStore:
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
+        """Redis errors as StoreErrors: StoreUnavailable for those that may pass (connection lost, server
+        loading or read-only, out of memory, failing to persist), a plain StoreError for the rest."""
         try:
             yield
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreError(f"lost connection to Redis at {self._where}: {_reason(exc, self._secret)}") from None
+            reason = _reason(exc, self._secret)
+            raise StoreUnavailable(f"lost connection to Redis at {self._where}: {reason}") from None
+        except redis.RedisError as exc:
+            text = _reason(exc, self._secret)
+            transient = isinstance(exc, _TRANSIENT_ERRORS) or text.startswith(_TRANSIENT_REPLIES)
+            kind = StoreUnavailable if transient else StoreError
+            raise kind(f"Redis at {self._where} refused the command: {text}") from None
+
+    def ping(self) -> None:
+        """One write of a short-lived key, so that a read-only replica or a server that cannot persist fails too."""
+        with self._guard():
+            self._redis.set(f"{self.prefix}:ping", "1", px=60_000)
 
     # -- writing ------------------------------------------------------------------------------------
 

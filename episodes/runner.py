@@ -1,20 +1,38 @@
-"""Running episodes: one at a time (``play``) or many, concurrently and resumably (``run_batch``)."""
+"""An episode's life in one place: ``run_episode`` plays, rates and stores it.
+
+Every command and stage goes through ``run_episode``: ``sotopia-env run`` (one episode),
+``run_batch`` (``benchmark`` and the training pipeline's episode stages: experts, self-play,
+evaluation), and ``episodes evaluate`` (``episodes.rate``, which hands it episodes played
+before, so only the rate -> store tail runs). The steps:
+
+1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
+   or any other exception, makes a ``failed`` log instead (a batch never dies of one episode).
+2. rate: ``rate`` calls ``sotopia_env.evaluation.aevaluate_safely``, the same call the env's own
+   terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error.
+3. store: ``StoreWriter.put`` (``episodes.store_writer``) retries a store fault, then spills the
+   episode to a JSONL file that ``episodes import`` restores.
+
+``play`` with an evaluator is steps 1-2 for direct use (stores nothing, raises what breaks).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from agents.base import Agent, Usage, reset_agent
 from agents.loading import load_agent
 from episodes.log import AgentSpec, EpisodeLog, UsageRecord, combo_key
 from episodes.store import EpisodeStore
+from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
-from sotopia_env.evaluation import Evaluator, aevaluate_safely
+from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
 from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn
@@ -31,6 +49,12 @@ class Job:
     setup: EpisodeSetup
     agent_specs: list[str]
     repeat: int = 0
+    seed: int | None = None  # the env's reset seed; None means the repeat index
+    episode_id: str | None = None  # store under this id (a rerun replaces the failed episode in place)
+
+    def __post_init__(self) -> None:
+        if self.seed is None:
+            self.seed = self.repeat
 
     @property
     def key(self) -> str:
@@ -50,6 +74,55 @@ async def _act(agent: Agent, observation: Observation) -> AgentAction:
         return AgentAction.failed(f"{type(agent).__name__} raised {type(exc).__name__}: {exc}")
 
 
+# -- the lifecycle ------------------------------------------------------------------------------------
+
+
+async def run_episode(
+    episode: Job | EpisodeLog,
+    evaluator: Evaluator | None,
+    writer: StoreWriter | None,
+    *,
+    agents: Sequence[Agent] | AgentFactory | None = None,
+    tag: str = "",
+    config: EnvConfig | None = None,
+    on_turn: TurnCallback | None = None,
+    slot: asyncio.Semaphore | None = None,
+) -> EpisodeLog:
+    """Play, rate and store one episode: the one path every command and stage takes.
+
+    ``episode`` is a ``Job``, played by ``agents`` (one per seat, or a factory called per seat), or
+    an episode played before, which is only rated and stored. ``slot`` (a batch's concurrency
+    limit) is held while playing and rating, not while storing: a write being retried never holds
+    up the rest of the batch. Returns the log, whether it was stored or spilled.
+    """
+    async with slot or contextlib.nullcontext():
+        log = episode if isinstance(episode, EpisodeLog) else await _play_job(episode, agents, tag, config, on_turn)
+        log = await rate(log, evaluator)
+    if writer is not None:
+        await writer.put(log)
+    return log
+
+
+async def _play_job(
+    job: Job,
+    agents: Sequence[Agent] | AgentFactory | None,
+    tag: str,
+    config: EnvConfig | None,
+    on_turn: TurnCallback | None,
+) -> EpisodeLog:
+    """Step 1 for a job: its transcript, or a ``failed`` log with the error."""
+    started = time.perf_counter()
+    try:
+        factory = agents or default_agent_factory()
+        seats = [factory(s, i) for i, s in enumerate(job.agent_specs)] if callable(factory) else list(factory)
+        log = await play(job.setup, seats, None, config, job.agent_specs, tag, job.repeat, on_turn, job.seed)
+    except Exception as exc:
+        log = _failed_log(job, tag, exc, started)
+    if job.episode_id:
+        log.id = job.episode_id
+    return log
+
+
 async def play(
     setup: EpisodeSetup,
     agents: Sequence[Agent],
@@ -61,9 +134,10 @@ async def play(
     on_turn: TurnCallback | None = None,
     seed: int | None = None,
 ) -> EpisodeLog:
-    """Play one episode to its end and rate it. Returns the log; stores nothing."""
+    """Steps 1-2 for direct use: play one episode to its end, then ``rate`` it (when given an evaluator).
+    Stores nothing; raises what breaks. ``run_episode`` calls it without an evaluator and rates next."""
     started = time.perf_counter()
-    env = SocialEnv(setup=setup, config=config)
+    env = SocialEnv(setup=setup, config=config)  # no evaluator: rating is step 2, off the env's sync path
     for agent in agents:
         reset_agent(agent)
     by_name = dict(zip(setup.agent_names, agents, strict=True))
@@ -77,12 +151,8 @@ async def play(
         if on_turn is not None:
             for turn in env.turns[before:]:
                 on_turn(turn)
-    rating = await aevaluate_safely(evaluator, env.context()) if evaluator is not None else None
     specs = list(specs) if specs is not None else [getattr(a, "model", type(a).__name__) for a in agents]
-    usage = {name: _usage_record(agent) for name, agent in by_name.items()}
-    if rating is not None and rating.usage:
-        usage["evaluator"] = UsageRecord(**rating.usage)
-    return EpisodeLog(
+    log = EpisodeLog(
         tag=tag,
         combo_key=combo_key(setup, specs, repeat),
         setup=setup,
@@ -94,12 +164,25 @@ async def play(
         termination_reason=env.termination_reason,
         action_order=env.config.action_order,
         seed=seed,
-        rating=rating,
-        status="rated" if rating is not None and rating.rated else "unrated",
+        status="unrated",
         agent_errors=dict(env.errors),
-        usage=usage,
+        usage={name: _usage_record(agent) for name, agent in by_name.items()},
         wall_seconds=round(time.perf_counter() - started, 3),
     )
+    return await rate(log, evaluator)
+
+
+async def rate(log: EpisodeLog, evaluator: Evaluator | None) -> EpisodeLog:
+    """Step 2: the evaluator's rating, in place. No evaluator, or a failed episode (nothing to rate): unchanged."""
+    if evaluator is None or log.status == "failed":
+        return log
+    context = EpisodeContext(setup=log.setup, turns=log.turns, termination_reason=log.termination_reason or "")
+    rating = await aevaluate_safely(evaluator, context)
+    log.rating = rating
+    log.status = "rated" if rating.rated else "unrated"
+    if rating.usage:
+        log.usage["evaluator"] = UsageRecord(**rating.usage)
+    return log
 
 
 def default_agent_factory(**agent_options: Any) -> AgentFactory:
@@ -126,6 +209,7 @@ def _failed_log(job: Job, tag: str, exc: BaseException, started: float) -> Episo
             AgentSpec(name=n, model=s, agent_class="?")
             for n, s in zip(job.setup.agent_names, job.agent_specs, strict=False)
         ],
+        seed=job.seed,
         status="failed",
         error=f"{type(exc).__name__}: {exc}",
         wall_seconds=round(time.perf_counter() - started, 3),
@@ -150,40 +234,33 @@ async def run_batch(
     config: EnvConfig | None = None,
     rerun_failed: bool = False,
     progress: bool = True,
+    retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    spill_dir: Path | None = None,
 ) -> BatchSummary:
-    """Run every job not already done under ``tag``, ``concurrency`` at a time, storing each as it ends.
+    """Run every job not already done under ``tag`` through ``run_episode``, ``concurrency`` at a time.
 
-    A job that raises is stored as ``failed`` with its error; the batch goes on.
-    Rerunning a failed or unrated combo replaces its stored episode (same id).
+    A job that raises is stored as ``failed`` with its error; the batch goes on. Rerunning a failed
+    or unrated combo replaces its stored episode (same id). While a store fault is retried (up to
+    ``retry_seconds``), the other episodes keep playing; if the store stays down, the batch still
+    plays to its end, spills what it could not store, and raises ``EpisodesSpilled`` naming the file.
     """
-    agent_factory = agent_factory or default_agent_factory()
     todo, skipped = plan(jobs, store, tag, rerun_failed)
-    old_ids: dict[str, str] = {}
     if rerun_failed and todo:
         keys = {j.key for j in todo}
         old_ids = {log.combo_key: log.id for log in store.iter(tag) if log.combo_key in keys}
+        todo = [replace(job, episode_id=old_ids.get(job.key)) for job in todo]
     summary = BatchSummary(total=len(jobs), skipped=skipped)
     started = time.perf_counter()
-    semaphore = asyncio.Semaphore(max(1, concurrency))
-
-    async def run_one(job: Job) -> EpisodeLog:
-        async with semaphore:
-            t0 = time.perf_counter()
-            try:
-                agents = [agent_factory(spec, seat) for seat, spec in enumerate(job.agent_specs)]
-                specs = job.agent_specs
-                log = await play(job.setup, agents, evaluator, config, specs, tag, job.repeat, seed=job.repeat)
-            except Exception as exc:
-                log = _failed_log(job, tag, exc, t0)
-            if job.key in old_ids:
-                log.id = old_ids[job.key]
-            await asyncio.to_thread(store.put, log)
-            return log
+    writer = StoreWriter(store, tag, retry_seconds, spill_dir)
+    slot = asyncio.Semaphore(max(1, concurrency))
+    agents = agent_factory or default_agent_factory()
+    episodes = [run_episode(j, evaluator, writer, agents=agents, tag=tag, config=config, slot=slot) for j in todo]
 
     from episodes.progress import track
 
-    for log in await track([run_one(j) for j in todo], description=f"episodes [{tag}]", enabled=progress):
+    for log in await track(episodes, description=f"episodes [{tag}]", enabled=progress):
         setattr(summary, log.status, getattr(summary, log.status) + 1)
         summary.episode_ids.append(log.id)
     summary.wall_seconds = round(time.perf_counter() - started, 3)
+    writer.finish()
     return summary

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError, check_status, created_timestamp, gc_paused, load_stored
+from episodes.store import StoreError, StoreUnavailable, check_status, created_timestamp, gc_paused, load_stored
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -108,13 +108,41 @@ class SQLiteStore:
             self._connections.append(conn)
         return conn
 
+    def _forget_conn(self) -> None:
+        """Close this thread's connection; the next call opens a new one (one opened read-only stays so)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        conn.close()
+
     @contextmanager
     def _guard(self, what: str) -> Iterator[None]:
+        """SQLite errors as StoreErrors: StoreUnavailable for operational faults that may pass (locked,
+        read-only, disk full or failing), after which this thread reconnects; a plain StoreError for the rest."""
         try:
             yield
         except sqlite3.Error as exc:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise StoreError(f"cannot {what} SQLite store {self.path}: {message}") from None
+            transient = isinstance(exc, sqlite3.OperationalError)
+            if transient:
+                self._forget_conn()
+            kind = StoreUnavailable if transient else StoreError
+            raise kind(f"cannot {what} SQLite store {self.path}: {message}") from None
+
+    def ping(self) -> None:
+        """A write that is rolled back: fails when the file is read-only or stays locked past the timeout.
+        (``BEGIN IMMEDIATE`` alone passes on a read-only file in WAL mode.)"""
+        with self._guard("write to"), self._write_lock:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("INSERT OR REPLACE INTO episode_models (episode_id, seat, model) VALUES ('', -1, '')")
+            finally:
+                conn.execute("ROLLBACK")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

@@ -5,6 +5,9 @@ Two implementations share one interface and one test suite:
 - SQLite (default): ``sqlite:///path/to/file.db`` or a plain path; the default
   file lives in the user's data directory.
 - Redis: ``redis://host:port/db``.
+
+Writes that must survive store faults (retry, then spill to a file) go through
+``episodes.store_writer.StoreWriter``, the store step of an episode's life.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class StoreError(RuntimeError):
     """A store that cannot be reached or used; the message names it."""
 
 
+class StoreUnavailable(StoreError):
+    """A fault that may pass: Redis unreachable or restarting, SQLite locked or read-only. Worth retrying."""
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector around a bulk parse (4x faster for 10,000 episodes)."""
@@ -63,6 +70,10 @@ def load_stored(where: str, episode_id: str, data: str | bytes) -> EpisodeLog:
 
 class EpisodeStore(Protocol):
     url: str
+
+    def ping(self) -> None:
+        """Cheaply check that the store can be written now; StoreError naming it when not.
+        Commands call it before playing, so that no LLM call is paid for an episode that cannot be kept."""
 
     def put(self, log: EpisodeLog) -> None:
         """Write one episode atomically; an episode with the same id is replaced."""

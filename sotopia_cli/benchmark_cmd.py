@@ -1,4 +1,8 @@
-"""``sotopia-env benchmark``: a model against a partner on a scenario set, in both seats, rated and reported."""
+"""``sotopia-env benchmark``: a model against a partner on a scenario set, in both seats, rated and reported.
+
+The store is checked before anything is played; every episode then goes through ``run_batch`` ->
+``episodes.runner.run_episode`` (play -> rate -> store, store faults retried, then spilled to a file).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,11 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, freeze_startup_objects, user_errors
+<<<<<<< HEAD
 from sotopia_cli.options import AgentsPath, ApiBase, Dimensions, ScenariosDir, Store, library, make_evaluator
+=======
+from sotopia_cli.options import ApiBase, Dimensions, ScenariosDir, Store, StoreRetry, library, make_evaluator
+>>>>>>> lifecycle
 
 
 def benchmark(
@@ -25,6 +33,7 @@ def benchmark(
     dimensions: str = Dimensions,
     api_base: str = ApiBase,
     store: str = Store,
+    store_retry_seconds: float = StoreRetry,
     tag: str = typer.Option(None, "--tag", help="Tag for the episodes (default: benchmark-MODEL-vs-PARTNER)."),
     rerun_failed: bool = typer.Option(False, "--rerun-failed", help="Rerun failed or unrated episodes of the tag."),
     scenarios_dir: list[Path] = ScenariosDir,
@@ -36,29 +45,40 @@ def benchmark(
     from episodes.jobs import versus_jobs
     from episodes.report import build_report, plot_report, print_report
     from episodes.runner import default_agent_factory, run_batch
+    from episodes.store import StoreError
     from sotopia_cli.episodes_cmds import open_store_or_fail
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
     from sotopia_env.library import LibraryError
     from sotopia_env.sampler import NoEligibleCharacters
 
+    st = open_store_or_fail(store, writable=True)
     lib = library(scenarios_dir)
     with user_errors(LibraryError, NoEligibleCharacters, ValueError):
         jobs = versus_jobs(lib.select(scenarios), lib, model, partner, episodes_per_scenario, seed)
         judge = make_evaluator(evaluator, dimensions, api_base)
     tag = tag or f"benchmark-{model}-vs-{partner}"
-    st = open_store_or_fail(store)
     factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base)
+    config = EnvConfig(max_turns=max_turns)
     freeze_startup_objects()
-    summary = asyncio.run(
-        run_batch(jobs, st, tag, judge, factory, concurrency, EnvConfig(max_turns=max_turns), rerun_failed)
-    )
+    with user_errors(StoreError):
+        summary = asyncio.run(
+            run_batch(
+                jobs, st, tag, judge, factory, concurrency, config, rerun_failed, retry_seconds=store_retry_seconds
+            )
+        )
     console.print(
         f"{summary.total} episodes: {summary.skipped} already done, {summary.rated} rated, "
         f"{summary.unrated} unrated, {summary.failed} failed ({summary.wall_seconds:.1f}s)"
     )
+<<<<<<< HEAD
     rep = build_report(st.iter(tag), tag=tag)
     print_report(rep, console)
+=======
+    with user_errors(StoreError):
+        rep = build_report(st.iter(tag), tag=tag)
+    console.print(report_table(rep))
+>>>>>>> lifecycle
     if json_out:
         import json
 

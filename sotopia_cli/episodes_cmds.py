@@ -9,16 +9,20 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, fail, freeze_startup_objects, user_errors
-from sotopia_cli.options import ApiBase, Dimensions, Store
+from sotopia_cli.options import ApiBase, Dimensions, Store, StoreRetry
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
 
 
-def open_store_or_fail(url: str | None):
+def open_store_or_fail(url: str | None, writable: bool = False):
+    """The store, or a one-line error. ``writable``: also check it can be written now (before playing anything)."""
     from episodes.store import StoreError, open_store
 
     try:
-        return open_store(url)
+        st = open_store(url)
+        if writable:
+            st.ping()
+        return st
     except StoreError as exc:
         raise fail(str(exc)) from None
 
@@ -152,8 +156,11 @@ def import_(
     for log in logs:
         if tag:
             log.tag = tag
+    from episodes.store import StoreError
+
     st = open_store_or_fail(store)
-    st.put_many(logs)
+    with user_errors(StoreError):
+        st.put_many(logs)
     console.print(f"imported {len(logs)} episodes into {st.url}")
 
 
@@ -166,18 +173,21 @@ def evaluate(
     api_base: str = ApiBase,
     concurrency: int = typer.Option(8, help="Ratings in flight at once."),
     store: str = Store,
+    store_retry_seconds: float = StoreRetry,
 ) -> None:
     """(Re)rate stored episodes; an episode whose rating fails again stays unrated with the new error."""
     from episodes.rate import rate_stored
+    from episodes.store import StoreError
     from sotopia_cli.options import make_evaluator
 
-    st = open_store_or_fail(store)
+    st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
         judge = make_evaluator(evaluator, dimensions, api_base)
     if judge is None:
         raise fail("--evaluator none cannot rate episodes")
     freeze_startup_objects()
-    counts = asyncio.run(rate_stored(st, judge, tag=tag, only_unrated=unrated, concurrency=concurrency))
+    with user_errors(StoreError):
+        counts = asyncio.run(rate_stored(st, judge, tag, unrated, concurrency, store_retry_seconds))
     console.print(f"rated {counts['rated']}, still unrated {counts['unrated']}")
 
 

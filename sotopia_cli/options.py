@@ -13,6 +13,13 @@ Store = typer.Option(
     help="Episode store URL: sqlite:///path.db or redis://host:port/0. "
     "Default: SQLite in the user data dir ($SOTOPIA_ENV_STORE overrides).",
 )
+StoreRetry = typer.Option(
+    60.0,  # episodes.store_writer.DEFAULT_RETRY_SECONDS
+    "--store-retry-seconds",
+    min=0,
+    help="Retry a failed store write this long (Redis down, SQLite locked) before saving the episodes to a spill "
+    "file that 'episodes import' restores.",
+)
 ApiBase = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
 Evaluator = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge, or 'none' to skip rating.")
 

@@ -1,4 +1,8 @@
-"""``sotopia-env run``: one episode, printed as it happens, then rated and stored."""
+"""``sotopia-env run``: one episode, printed as it happens, then rated and stored.
+
+The store is checked first (nothing is played for a store that cannot keep the episode); the episode
+then goes through ``episodes.runner.run_episode``, the one play -> rate -> store path.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,17 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import AgentsPath, ApiBase, Dimensions, Evaluator, ScenariosDir, Store, library, make_evaluator
+from sotopia_cli.options import (
+    AgentsPath,
+    ApiBase,
+    Dimensions,
+    Evaluator,
+    ScenariosDir,
+    Store,
+    StoreRetry,
+    library,
+    make_evaluator,
+)
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -17,12 +31,13 @@ def run(
     scenario: str = typer.Option(None, "--scenario", help="Scenario id (default: sampled with --seed)."),
     agent1: str = typer.Option(DEFAULT_MODEL, "--agent1", help="Model spec, alias, 'human' or module:Class."),
     agent2: str = typer.Option(DEFAULT_MODEL, "--agent2", help="Model spec, alias, 'human' or module:Class."),
-    seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling and generation."),
+    seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling, the env and generation."),
     max_turns: int = typer.Option(20, "--max-turns", min=1, help="Truncate after this many turns."),
     evaluator: str = Evaluator,
     dimensions: str = Dimensions,
     api_base: str = ApiBase,
     store: str = Store,
+    store_retry_seconds: float = StoreRetry,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the episode."),
     tag: str = typer.Option("run", "--tag", help="Tag the stored episode."),
     scenarios_dir: list[Path] = ScenariosDir,
@@ -31,12 +46,16 @@ def run(
     """Run one episode and print the transcript as it happens. With no model arguments both agents
     (and the judge) use the embedded SmolLM2-135M: no API key, no server."""
     from agents.loading import AgentSpecError, load_agent
-    from episodes.runner import play
+    from episodes.runner import Job, run_episode
+    from episodes.store import StoreError
+    from episodes.store_writer import StoreWriter
+    from sotopia_cli.episodes_cmds import open_store_or_fail
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import NoEligibleCharacters, sample_setup
     from sotopia_env.transcript import render_action
 
+    writer = None if no_store else StoreWriter(open_store_or_fail(store, writable=True), tag, store_retry_seconds)
     lib = library(scenarios_dir)
     with user_errors(ValueError, NoEligibleCharacters):
         setup = sample_setup(lib, seed=seed, scenario=scenario)
@@ -55,25 +74,21 @@ def run(
         suffix = f"  [red](agent error: {turn.action.error})[/]" if turn.action.error else ""
         console.print(f"[dim]#{turn.turn}[/] {line}{suffix}", highlight=False)
 
-    with user_errors(ValueError, OSError):
-        log = asyncio.run(
-            play(setup, agents, judge, EnvConfig(max_turns=max_turns), [agent1, agent2], tag=tag, on_turn=show)
-        )
+    job = Job(setup, [agent1, agent2], seed=seed)
+    config = EnvConfig(max_turns=max_turns)
+    log = asyncio.run(run_episode(job, judge, writer, agents=agents, tag=tag, config=config, on_turn=show))
     console.rule(f"ended: {log.termination_reason}")
     if log.rating is None:
-        console.print("not rated (--evaluator none)")
+        console.print("not rated (--evaluator none)" if judge is None else "not rated")
     elif log.rating.ratings is None:
         console.print(f"[yellow]unrated:[/] {log.rating.error}", highlight=False)
     else:
         from sotopia_cli.render import ratings_table
 
         console.print(ratings_table(log))
-    if not no_store:
-        from episodes.store import StoreError, open_store
-
-        try:
-            st = open_store(store)
-            st.put(log)
-        except StoreError as exc:
-            raise fail(str(exc)) from None
-        console.print(f"stored episode {log.id} in {st.url} (tag {tag!r})")
+    if writer is not None:
+        with user_errors(StoreError):
+            writer.finish()
+        console.print(f"stored episode {log.id} in {writer.store.url} (tag {tag!r})")
+    if log.status == "failed":
+        raise fail(f"the episode failed: {log.error}")

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pettingzoo import ParallelEnv
 
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, InvalidAction, coerce_action
-from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator, failed_rating
+from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator, evaluate_safely
 from sotopia_env.library import Library, load_library
 from sotopia_env.observation import background_for, build_observation, labels_for
 from sotopia_env.sampler import EpisodeSetup, sample_setup
@@ -232,10 +232,7 @@ class SocialEnv(ParallelEnv):
         if self.evaluator is None:
             return None
         self.termination_reason = reason
-        try:
-            return self.evaluator.evaluate(self.context())
-        except Exception as exc:  # an evaluator bug must not lose the episode
-            return failed_rating(self.evaluator, exc)
+        return evaluate_safely(self.evaluator, self.context())  # the same call as episodes' rate step
 
     def _agent_evaluation(self, agent: str) -> dict[str, Any]:
         if self.rating is None:

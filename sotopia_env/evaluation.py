@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
-from typing import Protocol, runtime_checkable
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field, model_validator
 
 from sotopia_env.actions import ActionType
 from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn
+
+T = TypeVar("T")
 
 
 class Dimension(BaseModel):
@@ -152,23 +155,36 @@ def failed_rating(evaluator: object, exc: BaseException) -> EpisodeRating:
 
 
 async def aevaluate_safely(evaluator: Evaluator, context: EpisodeContext) -> EpisodeRating:
+    """The one rating call (``episodes.runner.rate`` and the env's terminal step): never raises.
+
+    An evaluator that raises leaves the episode unrated with the error, never lost and never a score of 0.
+    """
     try:
         return await evaluator.aevaluate(context)
-    except Exception as exc:  # an evaluator bug leaves the episode unrated, never lost
+    except Exception as exc:
         return failed_rating(evaluator, exc)
+
+
+def evaluate_safely(evaluator: Evaluator, context: EpisodeContext) -> EpisodeRating:
+    """``aevaluate_safely`` from synchronous code (``SocialEnv``'s last step), also inside a running event loop."""
+    return run_to_completion(aevaluate_safely(evaluator, context))
+
+
+def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from synchronous code; inside a running event loop, in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 class SyncFromAsync:
     """Mixin: ``evaluate`` runs ``aevaluate`` to completion, also from inside a running event loop."""
 
     def evaluate(self, context: EpisodeContext) -> EpisodeRating:
-        coro = self.aevaluate(context)  # type: ignore[attr-defined]
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+        return run_to_completion(self.aevaluate(context))  # type: ignore[attr-defined]
 
 
 def validate_scores(raw: dict, dimensions: tuple[Dimension, ...], agent: str) -> AgentRating:

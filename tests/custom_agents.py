@@ -1,5 +1,7 @@
 """Custom agents loaded by ``module:Class`` spec in tests (this folder is on sys.path under pytest)."""
 
+import asyncio
+
 from agents.llm import LLMAgent
 from sotopia_env.actions import AgentAction
 from sotopia_env.observation import Observation
@@ -12,6 +14,14 @@ class PoliteAgent:
     async def act(self, observation):
         self.seen += 1
         return AgentAction(action_type="speak", argument="After you.")
+
+
+class SlowPolite(PoliteAgent):
+    """A PoliteAgent that takes 0.15 s per action, like a model call: batches last long enough to break a store."""
+
+    async def act(self, observation):
+        await asyncio.sleep(0.15)
+        return await super().act(observation)
 
 
 class NoAct:

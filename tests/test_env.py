@@ -171,3 +171,34 @@ def test_stranger_history_hides_the_name(library, setup_at):
     obs, *_ = env.step({a: {"action_type": "speak", "argument": "hello"}, b: NONE})
     assert a not in obs[b]["text"]
     assert Observation.from_env(obs[b]).history[0].agent == "the other person"
+
+
+def test_env_rates_through_the_same_call_as_the_episode_runner(two_friends):
+    """The env's terminal reward comes from ``aevaluate_safely`` (as ``episodes.runner.rate``), never a second
+    sync copy; it works from inside a running event loop too."""
+    import asyncio
+
+    from episodes.runner import play
+
+    class AsyncOnly(RuleBasedEvaluator):
+        def evaluate(self, context):
+            raise AssertionError("the env must rate through aevaluate_safely")
+
+    def last_step() -> tuple[dict, dict]:
+        env = SocialEnv(setup=two_friends, evaluator=AsyncOnly(), config=EnvConfig(max_turns=1))
+        env.reset()
+        a, _ = env.possible_agents
+        _, rewards, _, _, infos = env.step({a: {"action_type": "speak", "argument": "x"}, env.possible_agents[1]: NONE})
+        return rewards, infos
+
+    async def inside_a_loop() -> tuple[dict, dict]:
+        return last_step()
+
+    for rewards, infos in (last_step(), asyncio.run(inside_a_loop())):
+        a, b = two_friends.agent_names
+        assert rewards == {a: 2.0, b: 0.0}
+        assert infos[a]["evaluation"]["goal"]["score"] == 2
+    from agents.scripted import ScriptedAgent
+
+    log = asyncio.run(play(two_friends, [ScriptedAgent(["x"]), ScriptedAgent([])], AsyncOnly(), EnvConfig(max_turns=1)))
+    assert log.score(a, "goal") == rewards[a]

@@ -30,6 +30,7 @@ def test_example_configs_are_valid(name):
         ({"eval": {"episodes_per_scenario": 0}}, "eval.episodes_per_scenario"),
         ({"env": {"action_order": "sideways"}}, "env.action_order"),
         ({"bc": {"filter": {"min_goal": "high"}}}, "bc.filter.min_goal"),
+        ({"store_retry_seconds": -1}, "store_retry_seconds"),
     ],
 )
 def test_bad_fields_give_one_line_naming_file_and_field(raw, field):
@@ -82,6 +83,14 @@ def test_cli_reports_a_bad_config_in_one_line(tmp_path):
     result = CliRunner().invoke(app, ["train", "pipeline", str(config)])
     assert result.exit_code == 1
     assert "field 'train.lora_r'" in result.output and "Traceback" not in result.output
+
+
+def test_a_store_that_is_down_stops_the_pipeline_before_it_plays(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"output_dir: {tmp_path / 'out'}\nstore: redis://127.0.0.1:1/0\n")
+    result = CliRunner().invoke(app, ["train", "pipeline", str(config)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == "error: cannot reach Redis at redis://127.0.0.1:1: Connection refused"
 
 
 def test_sr_before_bc_is_refused(tmp_path):

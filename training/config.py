@@ -94,6 +94,7 @@ class PipelineConfig:
     seed: int = 0
     concurrency: int = 8
     store: str | None = None  # default: SQLite at OUTPUT_DIR/episodes.db
+    store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
     api_base: str | None = None
     scenarios_dir: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -161,6 +162,8 @@ def _check_values(c: PipelineConfig) -> None:
             raise bad(where, f"must be at least 1, not {value}")
     if c.sr.rounds < 0:
         raise bad("sr.rounds", f"must be 0 or more, not {c.sr.rounds}")
+    if c.store_retry_seconds < 0:
+        raise bad("store_retry_seconds", f"must be 0 or more, not {c.store_retry_seconds}")
     if not c.output_dir.strip():
         raise bad("output_dir", "must not be empty")
     source = c.bc.source

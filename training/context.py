@@ -67,7 +67,9 @@ class StageContext:
             evaluator = make_evaluator(config.evaluator, config.api_base)
         except (LibraryError, ValueError) as exc:
             raise ConfigError(f"{config.source}: {exc}") from None
-        return cls(config, library, open_store(config.store_url), evaluator, progress)
+        store = open_store(config.store_url)
+        store.ping()  # a store that cannot keep the episodes fails the stage before anything is played
+        return cls(config, library, store, evaluator, progress)
 
     @property
     def train_progress(self) -> bool:
@@ -96,16 +98,29 @@ class StageContext:
         return chosen
 
     def run_jobs(self, jobs: Sequence[Job], tag: str) -> BatchSummary:
-        """Run (or resume) the jobs under ``tag``, rated by the evaluator, then free the local models they loaded."""
+        """Run (or resume) the jobs under ``tag``, rated by the evaluator, then free the local models they loaded.
+
+        A store that stays down past ``store_retry_seconds`` ends the stage with ``EpisodesSpilled`` (a StoreError
+        naming the spill file in the output dir) once every episode was played."""
         c = self.config
         settings = GenerationSettings(
             temperature=c.generation.temperature, max_new_tokens=c.generation.max_new_tokens, seed=c.seed
         )
         factory = default_agent_factory(settings=settings, api_base=c.api_base)
         try:
-            return asyncio.run(
-                run_batch(jobs, self.store, tag, self.evaluator, factory, c.concurrency, c.env, progress=self.progress)
-            )
+            episodes = run_batch(
+                jobs,
+                self.store,
+                tag,
+                self.evaluator,
+                factory,
+                c.concurrency,
+                c.env,
+                progress=self.progress,
+                retry_seconds=c.store_retry_seconds,
+                spill_dir=c.out.resolve(),
+            )  # play -> rate -> store, each episode through episodes.runner.run_episode
+            return asyncio.run(episodes)
         finally:
             release_backends({spec for job in jobs for spec in job.agent_specs}, keep=self.evaluator)
 
