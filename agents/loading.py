@@ -16,11 +16,12 @@ from typing import Any
 
 from agents.base import Agent
 from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.errors import UserError
 
 _CUSTOM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-class AgentSpecError(ValueError):
+class AgentSpecError(UserError, ValueError):
     """An agent spec that cannot be built; the message names the spec."""
 
 

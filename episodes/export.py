@@ -22,12 +22,13 @@ from pydantic import ValidationError
 
 from episodes.log import SCHEMA_VERSION, EpisodeLog
 from episodes.store import EpisodeStore
+from sotopia_env.errors import UserError
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
 from sotopia_env.jsonl import json_lines
 from sotopia_env.validation import field_problem
 
 
-class EpisodeFileError(ValueError):
+class EpisodeFileError(UserError, ValueError):
     """An episode file or dataset that cannot be imported; the message says where and why, in one line."""
 
 

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.errors import UserError
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, DimensionScore, EpisodeRating
 from sotopia_env.jsonl import json_lines
 from sotopia_env.observation import background_for
@@ -62,7 +63,7 @@ FILES = {
 }
 
 
-class SotopiaFormatError(ValueError):
+class SotopiaFormatError(UserError, ValueError):
     """SOTOPIA data that cannot be converted; the message names the record (and file:line) and field."""
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from episodes.log import STATUSES, EpisodeLog
+from sotopia_env.errors import UserError
 from sotopia_env.validation import field_problem
 
 
@@ -40,7 +41,7 @@ def check_status(status: str | None) -> None:
         raise ValueError(f"unknown status {status!r} (expected one of: {', '.join(STATUSES)})")
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """A store that cannot be reached or used; the message names it."""
 
 

@@ -12,11 +12,16 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, freeze_startup_objects, user_errors
-<<<<<<< HEAD
-from sotopia_cli.options import AgentsPath, ApiBase, Dimensions, ScenariosDir, Store, library, make_evaluator
-=======
-from sotopia_cli.options import ApiBase, Dimensions, ScenariosDir, Store, StoreRetry, library, make_evaluator
->>>>>>> lifecycle
+from sotopia_cli.options import (
+    AgentsPath,
+    ApiBase,
+    Dimensions,
+    ScenariosDir,
+    Store,
+    StoreRetry,
+    library,
+    make_evaluator,
+)
 
 
 def benchmark(
@@ -71,14 +76,9 @@ def benchmark(
         f"{summary.total} episodes: {summary.skipped} already done, {summary.rated} rated, "
         f"{summary.unrated} unrated, {summary.failed} failed ({summary.wall_seconds:.1f}s)"
     )
-<<<<<<< HEAD
-    rep = build_report(st.iter(tag), tag=tag)
-    print_report(rep, console)
-=======
     with user_errors(StoreError):
         rep = build_report(st.iter(tag), tag=tag)
-    console.print(report_table(rep))
->>>>>>> lifecycle
+    print_report(rep, console)
     if json_out:
         import json
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sotopia_env.errors import UserError
 from sotopia_env.profiles import Character, RelationshipProfile, Scenario
 from sotopia_env.validation import field_problem
 
@@ -29,7 +30,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
 M = TypeVar("M", bound=BaseModel)
 
 
-class LibraryError(ValueError):
+class LibraryError(UserError, ValueError):
     """A library file is malformed. The message names file, entry and field."""
 
 

@@ -8,6 +8,7 @@ from itertools import permutations
 
 from pydantic import BaseModel
 
+from sotopia_env.errors import UserError
 from sotopia_env.library import Library
 from sotopia_env.profiles import Character, Relationship, RelationshipProfile, Scenario
 
@@ -40,7 +41,7 @@ class EpisodeSetup(BaseModel):
                 raise ValueError(f"scenario {s.id!r}: character {c.id!r} does not fit seat {seat}'s constraints")
 
 
-class NoEligibleCharacters(ValueError):
+class NoEligibleCharacters(UserError, ValueError):
     pass
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from sotopia_env.env import EnvConfig
+from sotopia_env.errors import UserError
 from sotopia_env.validation import field_problem
 from training.dataset import FilterConfig
 from training.trainer import TrainConfig
@@ -21,7 +22,7 @@ from training.trainer import TrainConfig
 _SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A pipeline config that cannot be used; the message names the file and the field."""
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from episodes.log import EpisodeLog
 from sotopia_env.actions import ActionType
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.errors import UserError
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt
 from sotopia_env.transcript import Turn
@@ -39,7 +40,7 @@ from sotopia_env.transcript import Turn
 _NO_LIMIT = 10**9
 
 
-class TestSplitError(ValueError):
+class TestSplitError(UserError, ValueError):
     """An episode of a ``test`` scenario was offered for training."""
 
     __test__ = False  # not a pytest test class, despite the name

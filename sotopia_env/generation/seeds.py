@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sotopia_env.errors import UserError
 from sotopia_env.jsonl import json_lines
 
 USED_SEEDS_FILE = ".used_seeds.jsonl"
 _NON_WORD = re.compile(r"[^\w]+")
 
 
-class SeedFileError(ValueError):
+class SeedFileError(UserError, ValueError):
     """The seed file cannot be read. The message names file and line."""
 
 
