@@ -20,7 +20,6 @@ from sotopia_cli.options import (
     Store,
     StoreRetry,
     library,
-    make_evaluator,
 )
 
 
@@ -54,6 +53,7 @@ def benchmark(
     from sotopia_cli.episodes_cmds import open_store_or_fail
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
+    from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.library import LibraryError
     from sotopia_env.sampler import NoEligibleCharacters
 

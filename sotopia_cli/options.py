@@ -21,7 +21,9 @@ StoreRetry = typer.Option(
     "file that 'episodes import' restores.",
 )
 ApiBase = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
-Evaluator = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge, or 'none' to skip rating.")
+Evaluator = typer.Option(
+    "smollm2-135m", "--evaluator", help="The judge: a model spec, 'rule-based' (offline), or 'none' to skip rating."
+)
 
 
 def _agents_path(folders: list[Path] | None) -> list[Path] | None:
@@ -50,13 +52,3 @@ def library(extra: list[Path] | None):
 
     with user_errors(LibraryError, OSError):
         return load_library(extra or [])
-
-
-def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None = None):
-    """An LLMEvaluator for ``spec`` on the shared backend, or None for 'none'."""
-    if spec.lower() == "none":
-        return None
-    from sotopia_env.backends.resolve import resolve_backend
-    from sotopia_env.llm_evaluator import LLMEvaluator, dimensions_from_config
-
-    return LLMEvaluator(resolve_backend(spec, api_base=api_base), dimensions=dimensions_from_config(dimensions))

@@ -21,7 +21,6 @@ from sotopia_cli.options import (
     Store,
     StoreRetry,
     library,
-    make_evaluator,
 )
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -52,6 +51,7 @@ def run(
     from sotopia_cli.episodes_cmds import open_store_or_fail
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
+    from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.sampler import NoEligibleCharacters, sample_setup
     from sotopia_env.transcript import render_action
 

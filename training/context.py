@@ -10,23 +10,11 @@ from typing import Any
 from episodes.runner import BatchSummary, Job, default_agent_factory, run_batch
 from episodes.store import EpisodeStore, open_store
 from sotopia_env.backends.base import GenerationSettings
-from sotopia_env.evaluation import Evaluator, RuleBasedEvaluator
+from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.library import Library, load_library
 from sotopia_env.profiles import Scenario
-from training.config import ConfigError, EvaluatorConfig, PipelineConfig
-
-
-def make_evaluator(config: EvaluatorConfig, api_base: str | None = None) -> Evaluator:
-    """``rule-based`` (offline, deterministic), or an LLM judge on any backend spec."""
-    from sotopia_env.llm_evaluator import dimensions_from_config
-
-    dimensions = dimensions_from_config(config.dimensions)
-    if config.model == "rule-based":
-        return RuleBasedEvaluator(dimensions)
-    from sotopia_env.backends.resolve import resolve_backend
-    from sotopia_env.llm_evaluator import LLMEvaluator
-
-    return LLMEvaluator(resolve_backend(config.model, api_base=api_base), dimensions=dimensions)
+from training.config import ConfigError, PipelineConfig
 
 
 @dataclass
@@ -64,9 +52,11 @@ class StageContext:
         config.out.mkdir(parents=True, exist_ok=True)
         try:
             library = load_library(config.scenarios_dir)
-            evaluator = make_evaluator(config.evaluator, config.api_base)
+            evaluator = make_evaluator(config.evaluator.model, config.evaluator.dimensions, config.api_base)
         except (LibraryError, ValueError) as exc:
             raise ConfigError(f"{config.source}: {exc}") from None
+        if evaluator is None:
+            raise ConfigError(f"{config.source}: field 'evaluator.model': the pipeline rates its episodes; not 'none'")
         store = open_store(config.store_url)
         store.ping()  # a store that cannot keep the episodes fails the stage before anything is played
         return cls(config, library, store, evaluator, progress)

@@ -1,0 +1,30 @@
+"""Evaluator specs, as the CLI, configs and the pipeline name them: the one factory for judges.
+
+- ``none``: no evaluator (episodes are stored unrated by choice);
+- ``rule-based``: the offline, deterministic ``RuleBasedEvaluator`` (for smoke runs and tests);
+- anything else: a model spec (as ``--agent1`` takes) for an ``LLMEvaluator`` on the shared backend.
+"""
+
+from __future__ import annotations
+
+from sotopia_env.evaluation import Evaluator
+
+NO_EVALUATOR = "none"
+RULE_BASED = "rule-based"
+
+
+def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None = None) -> Evaluator | None:
+    """The evaluator ``spec`` names on ``dimensions`` ('sotopia', 'goal' or a comma list); None for ``none``."""
+    from sotopia_env.llm_evaluator import dimensions_from_config
+
+    if spec.strip().lower() == NO_EVALUATOR:
+        return None
+    chosen = dimensions_from_config(dimensions)
+    if spec.strip().lower() == RULE_BASED:
+        from sotopia_env.evaluation import RuleBasedEvaluator
+
+        return RuleBasedEvaluator(chosen)
+    from sotopia_env.backends.resolve import resolve_backend
+    from sotopia_env.llm_evaluator import LLMEvaluator
+
+    return LLMEvaluator(resolve_backend(spec, api_base=api_base), dimensions=chosen)
