@@ -107,9 +107,10 @@ def main() -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sotopia_env.models import resolve_model_path
+    from sotopia_env.embedded_models import resolve_model_path
     from training.dataset import FilterConfig, build_dataset
-    from training.trainer import TrainConfig, read_model_ref, train
+    from sotopia_env.model_ref import read_model_ref
+    from training.trainer import TrainConfig, train
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -8,8 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from sotopia_env.backends.base import Usage
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import EpisodeRating
-from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn
 
 SCHEMA_VERSION = 1
@@ -23,14 +24,6 @@ class AgentSpec(BaseModel):
     name: str
     model: str
     agent_class: str
-
-
-class UsageRecord(BaseModel):
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    llm_seconds: float = 0.0
-    errors: int = 0
 
 
 def _now() -> str:
@@ -56,7 +49,7 @@ class EpisodeLog(BaseModel):
     status: Status
     error: str | None = None
     agent_errors: dict[str, int] = Field(default_factory=dict)
-    usage: dict[str, UsageRecord] = Field(default_factory=dict)
+    usage: dict[str, Usage] = Field(default_factory=dict)  # per seat name, and "evaluator"
     created_at: str = Field(default_factory=_now)
     wall_seconds: float = 0.0
 
@@ -77,4 +70,4 @@ class EpisodeLog(BaseModel):
 
 def combo_key(setup: EpisodeSetup, models: list[str], repeat: int = 0) -> str:
     """What makes two episodes 'the same job' for resuming: scenario, characters, models, repeat index."""
-    return f"{setup.combo_key}|{'|'.join(models)}#{repeat}"
+    return f"{setup.pairing_key}|{'|'.join(models)}#{repeat}"

@@ -27,14 +27,14 @@ from typing import Any
 
 from agents.base import Agent, Usage, reset_agent
 from agents.loading import load_agent
-from episodes.log import AgentSpec, EpisodeLog, UsageRecord, combo_key
+from episodes.log import AgentSpec, EpisodeLog, combo_key
 from episodes.store import EpisodeStore
 from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
-from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn
 
 AgentFactory = Callable[[str, int], Agent]
@@ -61,9 +61,9 @@ class Job:
         return combo_key(self.setup, self.agent_specs, self.repeat)
 
 
-def _usage_record(agent: object) -> UsageRecord:
+def _usage_of(agent: object) -> Usage:
     usage = getattr(agent, "usage", None)
-    return UsageRecord(**vars(usage)) if isinstance(usage, Usage) else UsageRecord()
+    return usage.model_copy() if isinstance(usage, Usage) else Usage()
 
 
 async def _act(agent: Agent, observation: Observation) -> AgentAction:
@@ -166,7 +166,7 @@ async def play(
         seed=seed,
         status="unrated",
         agent_errors=dict(env.errors),
-        usage={name: _usage_record(agent) for name, agent in by_name.items()},
+        usage={name: _usage_of(agent) for name, agent in by_name.items()},
         wall_seconds=round(time.perf_counter() - started, 3),
     )
     return await rate(log, evaluator)
@@ -180,8 +180,8 @@ async def rate(log: EpisodeLog, evaluator: Evaluator | None) -> EpisodeLog:
     rating = await aevaluate_safely(evaluator, context)
     log.rating = rating
     log.status = "rated" if rating.rated else "unrated"
-    if rating.usage:
-        log.usage["evaluator"] = UsageRecord(**rating.usage)
+    if rating.usage.calls:
+        log.usage["evaluator"] = rating.usage
     return log
 
 

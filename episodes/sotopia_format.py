@@ -42,12 +42,12 @@ from pydantic import ValidationError
 
 from episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.errors import UserError
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, DimensionScore, EpisodeRating
 from sotopia_env.jsonl import json_lines
 from sotopia_env.observation import background_for
 from sotopia_env.profiles import AgentConstraint, BigFive, Character, RelationshipProfile, Scenario
-from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn, render_action
 from sotopia_env.validation import field_problem
 

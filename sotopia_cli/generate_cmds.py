@@ -56,7 +56,7 @@ def _reference_library(out: Path, extra: list[Path] | None) -> Library:
 
 def _backend(model: str, api_base: str | None) -> Backend:
     from sotopia_env.backends.resolve import resolve_backend
-    from sotopia_env.models import ModelUnavailable
+    from sotopia_env.embedded_models import ModelUnavailable
 
     with user_errors(ValueError, OSError, ModelUnavailable, ImportError):
         return resolve_backend(model, api_base=api_base)

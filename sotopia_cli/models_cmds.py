@@ -12,7 +12,7 @@ models_app = typer.Typer(help="Embedded models: list them, fetch their weights i
 @models_app.command("pull")
 def pull(name: str = typer.Argument(..., help="An embedded model's alias, e.g. smollm2-135m.")) -> None:
     """Fetch a model's weights into the cache (once; later runs use the cache)."""
-    from sotopia_env.models import ModelUnavailable, pull_model
+    from sotopia_env.embedded_models import ModelUnavailable, pull_model
 
     with user_errors(ModelUnavailable, ValueError, OSError):
         path = pull_model(name)
@@ -24,7 +24,7 @@ def list_cmd() -> None:
     """List the embedded models, whether each is cached, and its size on disk."""
     from rich.table import Table
 
-    from sotopia_env.models import cache_dir, list_models
+    from sotopia_env.embedded_models import cache_dir, list_models
 
     table = Table("alias", "cached", "size")
     table.add_column("hub id", overflow="fold")

@@ -36,10 +36,11 @@ from typing import Any, Literal
 from pettingzoo import ParallelEnv
 
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, InvalidAction, coerce_action
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator, evaluate_safely
 from sotopia_env.library import Library, load_library
 from sotopia_env.observation import background_for, build_observation, labels_for
-from sotopia_env.sampler import EpisodeSetup, sample_setup
+from sotopia_env.sampler import sample_setup
 from sotopia_env.spaces import action_space, observation_space
 from sotopia_env.transcript import Turn
 

@@ -16,7 +16,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, Field, model_validator
 
 from sotopia_env.actions import ActionType
-from sotopia_env.sampler import EpisodeSetup
+from sotopia_env.backends.base import Usage
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.transcript import Turn
 
 T = TypeVar("T")
@@ -112,7 +113,7 @@ class EpisodeRating(BaseModel):
     ratings: dict[str, AgentRating] | None = None
     error: str | None = None
     attempts: int = 1
-    usage: dict[str, float] = Field(default_factory=dict)  # this rating's LLM calls, tokens and seconds
+    usage: Usage = Field(default_factory=Usage)  # this rating's LLM calls, tokens and seconds
 
     @model_validator(mode="after")
     def _one_of(self) -> EpisodeRating:

@@ -132,13 +132,13 @@ class LLMEvaluator(SyncFromAsync):
             except ValueError as exc:
                 problems.append(str(exc))
                 continue
-            return EpisodeRating(evaluator=self.name, ratings=ratings, attempts=attempt, usage=vars(usage))
+            return EpisodeRating(evaluator=self.name, ratings=ratings, attempts=attempt, usage=usage)
         self.usage.errors += 1
         return EpisodeRating(
             evaluator=self.name,
             error=f"no valid rating after {len(problems)} attempts: {problems[-1]}",
             attempts=len(problems),
-            usage=vars(usage),
+            usage=usage,
         )
 
 

@@ -13,8 +13,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.profiles import Relationship
-from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.transcript import Turn, render_action
 from sotopia_env.visibility import describe, display_name
 

@@ -6,39 +6,10 @@ import random
 from collections.abc import Sequence
 from itertools import permutations
 
-from pydantic import BaseModel
-
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.errors import UserError
 from sotopia_env.library import Library
-from sotopia_env.profiles import Character, Relationship, RelationshipProfile, Scenario
-
-
-class EpisodeSetup(BaseModel):
-    """Everything an episode starts from: a scenario and one character per seat."""
-
-    scenario: Scenario
-    characters: list[Character]
-    relationship: RelationshipProfile | None = None
-
-    @property
-    def agent_names(self) -> list[str]:
-        return [c.name for c in self.characters]
-
-    @property
-    def combo_key(self) -> str:
-        """Identifies the (scenario, characters) combination, e.g. for resuming a batch."""
-        return "|".join([self.scenario.id, *(c.id for c in self.characters)])
-
-    def check(self) -> None:
-        """Raise ValueError if the setup breaks the scenario's seat count, constraints or names."""
-        s = self.scenario
-        if len(self.characters) != s.num_agents:
-            raise ValueError(f"scenario {s.id!r} needs {s.num_agents} characters, got {len(self.characters)}")
-        if len({c.name for c in self.characters}) != len(self.characters):
-            raise ValueError(f"scenario {s.id!r}: characters must have distinct names")
-        for seat, (c, con) in enumerate(zip(self.characters, s.constraints or [], strict=False)):
-            if not con.admits(c):
-                raise ValueError(f"scenario {s.id!r}: character {c.id!r} does not fit seat {seat}'s constraints")
+from sotopia_env.profiles import Character, Relationship, Scenario
 
 
 class NoEligibleCharacters(UserError, ValueError):

@@ -56,10 +56,10 @@ import gymnasium as gym
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import Evaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import prompt_text, render_prompt
-from sotopia_env.sampler import EpisodeSetup
 from sotopia_env.spaces import ActionText, FreeText
 
 RewardFn = Callable[[str, str, dict[str, Any]], float | None]

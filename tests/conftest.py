@@ -74,7 +74,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def embedded_model_path() -> str:
     """The embedded SmolLM2-135M, pulled into the cache on first use (about a minute, once)."""
-    from sotopia_env.models import resolve_model_path
+    from sotopia_env.embedded_models import resolve_model_path
 
     return resolve_model_path("smollm2-135m", progress=False)
 
@@ -102,8 +102,8 @@ def setup_at():
     """Build a setup for a scenario whose relationship is overridden (for visibility tests)."""
 
     def build(library, relationship: str):
+        from sotopia_env.episode_setup import EpisodeSetup
         from sotopia_env.profiles import Relationship
-        from sotopia_env.sampler import EpisodeSetup
 
         scenario = sorted(library.scenarios.values(), key=lambda s: s.id)[0]
         scenario = scenario.model_copy(update={"relationship": Relationship.parse(relationship), "constraints": None})

@@ -10,11 +10,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
-from episodes.log import AgentSpec, EpisodeLog, UsageRecord, combo_key
+from episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.backends.base import Usage
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, Dimension, DimensionScore, EpisodeRating
 from sotopia_env.library import load_library
-from sotopia_env.sampler import EpisodeSetup, eligible_setups
+from sotopia_env.sampler import eligible_setups
 from sotopia_env.transcript import Turn
 
 BASE_TIME = datetime(2025, 3, 1, 9, 0, 0, tzinfo=timezone.utc)
@@ -117,7 +119,7 @@ def make_episode(
         error=error,
         agent_errors={names[0]: index % 2},
         usage={
-            n: UsageRecord(calls=4, prompt_tokens=812 + i, completion_tokens=95, llm_seconds=1.25)
+            n: Usage(calls=4, prompt_tokens=812 + i, completion_tokens=95, llm_seconds=1.25)
             for i, n in enumerate(names)
         },
         created_at=when,

@@ -72,6 +72,18 @@ def test_jsonl_roundtrip(tmp_path: Path, logs: list[EpisodeLog]) -> None:
     assert import_jsonl(path) == logs
 
 
+def test_files_written_before_one_usage_shape_still_import(tmp_path: Path, logs: list[EpisodeLog]) -> None:
+    """Older files stored a rating's usage as a dict of floats; they read into the one ``Usage`` shape."""
+    data = json.loads(logs[0].model_dump_json())
+    data["rating"]["usage"] = {"calls": 2.0, "prompt_tokens": 310.0, "completion_tokens": 42.0, "llm_seconds": 1.5}
+    data["usage"]["evaluator"] = {"calls": 2, "prompt_tokens": 310, "completion_tokens": 42, "llm_seconds": 1.5}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(data) + "\n")
+    (log,) = import_jsonl(path)
+    assert log.rating.usage.calls == 2 and log.rating.usage.prompt_tokens == 310
+    assert log.usage["evaluator"] == log.rating.usage
+
+
 def test_jsonl_skips_blank_lines(tmp_path: Path, logs: list[EpisodeLog]) -> None:
     path = tmp_path / "e.jsonl"
     path.write_text("\n" + logs[0].model_dump_json() + "\n\n" + logs[1].model_dump_json() + "\n\n", encoding="utf-8")

@@ -65,7 +65,7 @@ def test_exhausted_retries_leave_it_unrated_with_the_error(two_friends, bad, mes
     rating = LLMEvaluator(ScriptedBackend([bad], cycle=True), max_retries=1).evaluate(context(two_friends))
     assert not rating.rated and rating.ratings is None
     assert message in rating.error and "after 2 attempts" in rating.error
-    assert rating.usage["calls"] == 2
+    assert rating.usage.calls == 2
 
 
 def test_goal_only_and_custom_dimensions(two_friends):

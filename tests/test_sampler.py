@@ -7,9 +7,9 @@ def test_sampling_is_deterministic(library):
     a = sample_setups(scenarios, library, per_scenario=2, seed=7)
     b = sample_setups(scenarios, library, per_scenario=2, seed=7)
     c = sample_setups(scenarios, library, per_scenario=2, seed=8)
-    assert [s.combo_key for s in a] == [s.combo_key for s in b]
-    assert [s.combo_key for s in a] != [s.combo_key for s in c]
-    assert sample_setup(library, seed=3).combo_key == sample_setup(library, seed=3).combo_key
+    assert [s.pairing_key for s in a] == [s.pairing_key for s in b]
+    assert [s.pairing_key for s in a] != [s.pairing_key for s in c]
+    assert sample_setup(library, seed=3).pairing_key == sample_setup(library, seed=3).pairing_key
 
 
 def test_constraints_and_relationships_are_honoured(library):

@@ -9,8 +9,9 @@ import pytest
 from episode_fixtures import make_episode
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 
+from sotopia_env.model_ref import MODEL_REF, read_model_ref
 from training.dataset import build_dataset
-from training.trainer import MODEL_REF, TrainConfig, decide_precision, read_model_ref, train
+from training.trainer import TrainConfig, decide_precision, train
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-MODEL_REF = "sotopia_model.json"  # the local backend's trained-model reference (sotopia_env.backends.local)
+from sotopia_env.model_ref import write_model_ref
+
 ADAPTER_DIR = "adapter"
 CHECKPOINTS_DIR = "checkpoints"
 RESULT_FILE = "train_result.json"
@@ -162,7 +163,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     from peft import LoraConfig, PeftModel
     from trl import SFTTrainer
 
-    from sotopia_env.models import resolve_model_path
+    from sotopia_env.embedded_models import resolve_model_path
 
     if len(dataset) == 0:
         raise ValueError("the training dataset is empty (did the filters drop every episode?)")
@@ -261,20 +262,6 @@ def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
         **{checkpointing: config.gradient_checkpointing},
         **config.extra_args,
     )
-
-
-def write_model_ref(directory: Path, base: str, adapter: str) -> None:
-    """``sotopia_model.json``: the base model spec (a path made absolute) and the adapter, relative to it."""
-    base_path = Path(base).expanduser()
-    base_spec = str(base_path.resolve()) if base_path.is_dir() else base
-    (directory / MODEL_REF).write_text(json.dumps({"base": base_spec, "adapter": adapter}, indent=2) + "\n")
-
-
-def read_model_ref(directory: str | Path) -> tuple[str, str | None]:
-    """``(base spec, adapter dir or None)`` of a trained model dir; a plain model dir is its own base."""
-    from sotopia_env.backends.local import read_model_ref as backend_read_model_ref
-
-    return backend_read_model_ref(str(directory))
 
 
 def release_memory() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
 
 @dataclass
 class ChatRequest:
@@ -80,9 +82,8 @@ class GenerationSettings:
         )
 
 
-@dataclass
-class Usage:
-    """What an agent's LLM calls cost."""
+class Usage(BaseModel):
+    """What LLM calls cost: the one shape from a backend's completions to an agent, a rating and the stored log."""
 
     calls: int = 0
     prompt_tokens: int = 0

@@ -39,12 +39,11 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.model_ref import read_model_ref
 from sotopia_env.prompt import prompt_text
 
 if TYPE_CHECKING:
     import xgrammar as xgr
-
-MODEL_REF = "sotopia_model.json"  # a trained model: {"base": <spec>, "adapter": <dir>}
 
 
 @dataclass
@@ -123,7 +122,7 @@ class LocalBackend:
         """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from sotopia_env.models import resolve_model_path
+        from sotopia_env.embedded_models import resolve_model_path
 
         base, adapter = read_model_ref(spec, adapter)
         dev = pick_device(device)
@@ -384,23 +383,6 @@ class _RowLimits(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.prompt_len
         return cast(torch.BoolTensor, (self.limits <= generated).to(input_ids.device))
-
-
-def read_model_ref(spec: str, adapter: str | None = None) -> tuple[str, str | None]:
-    """``(base spec, adapter dir)``: a dir with ``sotopia_model.json`` names both (the adapter relative to it)."""
-    ref = Path(spec).expanduser() / MODEL_REF
-    if not ref.is_file():
-        return spec, adapter
-    data = json.loads(ref.read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("base"), str):
-        raise ValueError(f"{ref}: expected {{'base': <model spec>, 'adapter': <dir>}}")
-    found = data.get("adapter")
-    if found and adapter:
-        raise ValueError(f"{ref} already names an adapter; do not pass adapter= as well")
-    if found:
-        path = Path(found).expanduser()
-        adapter = str(path if path.is_absolute() else (ref.parent / path).resolve())
-    return data["base"], adapter
 
 
 def pick_device(device: str = "auto") -> torch.device:

@@ -45,7 +45,7 @@ def uses_openai_http(spec: str, api_base: str | None) -> bool:
 
 
 def is_local_spec(spec: str) -> bool:
-    from sotopia_env.models import EMBEDDED_MODELS
+    from sotopia_env.embedded_models import EMBEDDED_MODELS
 
     return spec in EMBEDDED_MODELS or spec.startswith("local:") or Path(spec).is_dir()
 

@@ -11,8 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from sotopia_cli.models_cmds import models_app
-from sotopia_env import models
-from sotopia_env.models import EMBEDDED_MODELS, ModelUnavailable, cache_dir, model_dir, pull_model, resolve_model_path
+from sotopia_env import embedded_models as models
+from sotopia_env.embedded_models import (
+    EMBEDDED_MODELS,
+    ModelUnavailable,
+    cache_dir,
+    model_dir,
+    pull_model,
+    resolve_model_path,
+)
 
 ALIAS = "smollm2-135m"
 
