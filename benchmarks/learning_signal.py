@@ -108,8 +108,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sotopia_env.embedded_models import resolve_model_path
-    from training.dataset import FilterConfig, build_dataset
     from sotopia_env.model_ref import read_model_ref
+    from training.dataset import FilterConfig, build_dataset
     from training.trainer import TrainConfig, train
 
     if args.threads:
