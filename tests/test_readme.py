@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -76,16 +77,23 @@ def runnable(line: str, server: LoopbackOpenAI) -> str:
     return line
 
 
-def run_line(line: str, folder: Path, server: LoopbackOpenAI) -> subprocess.CompletedProcess:
+def run_line(line: str, folder: Path, server: LoopbackOpenAI) -> str:
+    """Run one README command in its own process group (killed whole on a time-out); its stdout."""
     command = runnable(line, server)
     stdin = "Hello, can we talk about it?\n" if "human" in shlex.split(command) else ""
-    result = subprocess.run(
-        command, shell=True, cwd=folder, env=environment(folder, server), input=stdin, capture_output=True,
-        text=True, timeout=600,
+    process = subprocess.Popen(
+        command, shell=True, cwd=folder, env=environment(folder, server), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-    assert result.returncode == 0, f"README command failed: {line}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+    try:
+        out, err = process.communicate(stdin, timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        raise AssertionError(f"README command timed out: {line}\n{out[-2000:]}\n{err[-2000:]}") from None
+    assert process.returncode == 0, f"README command failed: {line}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err
+    return out
 
 
 def serve_once(line: str, folder: Path, server: LoopbackOpenAI) -> str:
@@ -116,7 +124,7 @@ def run_section(section: str, folder: Path, server: LoopbackOpenAI) -> list[str]
         if shlex.split(line)[:2] == ["sotopia-env", "view"]:
             outputs.append(serve_once(line, folder, server))
         else:
-            outputs.append(run_line(line, folder, server).stdout)
+            outputs.append(run_line(line, folder, server))
     return outputs
 
 
