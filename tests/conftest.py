@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SOTOPIA_SHARED", REPO.parent / "shared"))
 _throwaway_redis: subprocess.Popen | None = None
+_EXIT_STATUS = pytest.StashKey[int]()
 
 
 def free_port() -> int:
@@ -57,10 +59,22 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _throwaway_redis is not None:
         _throwaway_redis.terminate()
         _throwaway_redis.wait(timeout=10)
+    if "triton" in sys.modules and _EXIT_STATUS in config.stash:
+        # transformers' modeling_utils imports torch._dynamo, which imports triton (a dependency of xgrammar) when
+        # it is installed; triton's nanobind bindings then print ~60 lines of "nanobind: leaked ..." while the
+        # interpreter shuts down. Everything is reported and written by now: leave without that noise.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(config.stash[_EXIT_STATUS])
 
 
 def pytest_report_header(config: pytest.Config) -> str:
