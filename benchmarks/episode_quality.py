@@ -113,6 +113,7 @@ def main() -> None:
                 [seed, log.setup.scenario.id, len(log.turns), log.termination_reason, one["empty"], one["repeats"]]
                 + [kinds, time.perf_counter() - t0]
             )
+            print(f"seed {seed}: {rows[-1]}", flush=True)
     print_table(
         "Per episode",
         ["seed", "scenario", "turns", "ended", "empty", "repeats", "actions", "seconds"],
