@@ -15,7 +15,8 @@ class LLMAgent:
     The request carries the action schema, so backends that can constrain
     decoding do. Malformed output is retried ``max_retries`` times; after that
     the agent takes a ``none`` action carrying the error, which the env counts as
-    an agent error (never as stale talk).
+    an agent error (never as stale talk). With ``settings.retry_repeats`` a reply
+    that repeats an earlier turn's argument word for word is retried too.
     """
 
     def __init__(
@@ -44,9 +45,12 @@ class LLMAgent:
             return AgentAction(action_type=ActionType.none)
         schema = action_json_schema(obs.available_actions) if self.constrained else None
         messages = render_prompt(obs)
+        said = {h.argument.strip() for h in obs.history} - {""} if self.settings.retry_repeats else set()
         problems = []
+        repeat: AgentAction | None = None
         for attempt in range(1 + self.max_retries):
-            request = self.settings.request(messages, schema, seed_offset=1000 * obs.turn + attempt)
+            settings = self.settings if attempt == 0 else self.settings.for_retry()
+            request = settings.request(messages, schema, seed_offset=1000 * obs.turn + attempt)
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)
             if completion.error is not None:
@@ -60,6 +64,11 @@ class LLMAgent:
             if action.action_type.value not in obs.available_actions:
                 problems.append(f"action_type {action.action_type.value!r} is not available")
                 continue
+            if action.argument.strip() in said:
+                repeat = action  # valid, just stale: kept if no retry does better
+                continue
             return action
+        if repeat is not None:
+            return repeat
         self.usage.errors += 1
         return AgentAction.failed(f"{self.model}: no valid action after {len(problems)} attempts: {problems[-1]}")

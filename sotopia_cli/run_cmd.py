@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from sotopia_cli.common import console, fail, user_errors
 from sotopia_cli.options import (
@@ -24,6 +25,15 @@ from sotopia_cli.options import (
 )
 
 DEFAULT_MODEL = "smollm2-135m"
+# Greedy, with a penalty on tokens the reply already used, and a sampled retry of a reply that repeats an
+# earlier turn: a small model's sampled words drift into nonsense or a walk-out, its greedy ones into loops
+# (benchmarks/episode_quality.py measures the default episode).
+CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "retry_repeats": True}
+SMALL_JUDGE_NOTE = (
+    "[yellow]note:[/] the judge is the embedded {judge} model, too small to rate: its scores are not meaningful. "
+    "For real ratings use a real judge: --evaluator gpt-4o-mini (with OPENAI_API_KEY), "
+    "or --evaluator MODEL --api-base URL."
+)
 
 
 def run(
@@ -64,15 +74,15 @@ def run(
     for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):
         console.print(f"[bold]{name}[/] goal: {goal}", highlight=False)
     console.rule()
-    settings = GenerationSettings(seed=seed)
+    settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
     with user_errors(AgentSpecError, ValueError, OSError):
         agents = [load_agent(spec, settings=settings, api_base=api_base) for spec in (agent1, agent2)]
         judge = make_evaluator(evaluator, dimensions, api_base)
 
     def show(turn) -> None:
         line = render_action(turn.agent, turn.action)
-        suffix = f"  [red](agent error: {turn.action.error})[/]" if turn.action.error else ""
-        console.print(f"[dim]#{turn.turn}[/] {line}{suffix}", highlight=False)
+        suffix = f"  [red](agent error: {escape(turn.action.error)})[/]" if turn.action.error else ""
+        console.print(f"[dim]#{turn.turn}[/] {escape(line)}{suffix}", highlight=False)
 
     job = Job(setup, [agent1, agent2], seed=seed)
     config = EnvConfig(max_turns=max_turns)
@@ -84,8 +94,11 @@ def run(
         console.print(f"[yellow]unrated:[/] {log.rating.error}", highlight=False)
     else:
         from sotopia_cli.render import ratings_table
+        from sotopia_env.embedded_models import EMBEDDED_MODELS
 
         console.print(ratings_table(log))
+        if evaluator in EMBEDDED_MODELS:
+            console.print(SMALL_JUDGE_NOTE.format(judge=evaluator), highlight=False)
     if writer is not None:
         with user_errors(StoreError):
             writer.finish()

@@ -44,19 +44,38 @@ class AgentAction(BaseModel):
 
 
 MAX_ARGUMENT_CHARS = 600
+# Speech, gestures and physical actions need words: the argument opens with a character that is not
+# whitespace or punctuation (so never "", "..." or " "), and stays under MAX_ARGUMENT_CHARS. (xgrammar takes
+# no maxLength next to a pattern, so the cap is part of the pattern.)
+WORDED_ACTIONS: tuple[str, ...] = (ActionType.speak.value, ActionType.non_verbal.value, ActionType.action.value)
+WORDED_ARGUMENT = rf"^[^\s.,;:!?…\-\"'()\[\]{{}}<>*_~].{{0,{MAX_ARGUMENT_CHARS - 1}}}$"
 
 
 def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
     """The JSON schema an LLM is asked to follow (and constrained to, where possible).
 
-    ``argument`` is capped so constrained decoding always closes the JSON.
+    Speak, non-verbal communication and action must carry words (``WORDED_ARGUMENT``); ``none`` and
+    ``leave`` take any argument, empty included. ``argument`` is capped so constrained decoding always
+    closes the JSON. With both kinds allowed the schema is an ``anyOf`` of one object schema per kind.
     """
+    kinds = list(allowed or ACTION_TYPES)
+    worded = [k for k in kinds if k in WORDED_ACTIONS]
+    free = [k for k in kinds if k not in WORDED_ACTIONS]
+    branches = [
+        _action_object(group, argument)
+        for group, argument in (
+            (worded, {"type": "string", "pattern": WORDED_ARGUMENT}),
+            (free, {"type": "string", "maxLength": MAX_ARGUMENT_CHARS}),
+        )
+        if group
+    ]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _action_object(kinds: list[str], argument: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {
-            "action_type": {"type": "string", "enum": list(allowed or ACTION_TYPES)},
-            "argument": {"type": "string", "maxLength": MAX_ARGUMENT_CHARS},
-        },
+        "properties": {"action_type": {"type": "string", "enum": kinds}, "argument": argument},
         "required": ["action_type", "argument"],
         "additionalProperties": False,
     }

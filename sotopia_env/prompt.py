@@ -18,23 +18,28 @@ as a real person would: naturally, briefly, and without revealing your goal or s
 {background}"""
 
 ACTION_HELP = {
+    "speak": "say something to the other person",
+    "non-verbal communication": "make a gesture or facial expression",
+    "action": "do something physical",
+    "leave": "leave the conversation (only once your goal is reached or clearly hopeless)",
     "none": "do nothing",
-    "speak": "say something (argument: the words)",
-    "non-verbal communication": "a gesture or expression (argument: what you do, e.g. 'smiles')",
-    "action": "a physical action (argument: what you do)",
-    "leave": "leave the conversation (when your goal is reached or hopeless)",
 }
 
 
 def render_prompt(observation: Observation) -> list[dict[str, str]]:
-    """System: who you are, the scenario, what you know, your goal. User: the conversation and the ask."""
+    """System: who you are, the scenario, what you know, your goal. User: the conversation and the ask.
+
+    The actions are listed speak first (``ACTION_HELP``'s order), whatever order the env gives them in.
+    """
     obs = Observation.from_env(observation)
     history = "\n".join(h.render() for h in obs.history) or "(The conversation has not started yet.)"
-    options = "\n".join(f'- "{a}": {ACTION_HELP.get(a, a)}' for a in obs.available_actions)
+    ranked = sorted(obs.available_actions, key=lambda a: list(ACTION_HELP).index(a) if a in ACTION_HELP else 99)
+    options = "\n".join(f'- "{a}": {ACTION_HELP.get(a, a)}' for a in ranked)
     user = (
         f"Conversation so far:\n{history}\n\n"
-        f"It is turn #{obs.turn} and your move. Choose one action:\n{options}\n\n"
-        'Reply with one JSON object only: {"action_type": "...", "argument": "..."}'
+        f"It is turn #{obs.turn} and your move, {obs.agent}. Choose one action:\n{options}\n\n"
+        'Reply with one JSON object only, with two keys: "action_type", one of the actions above, '
+        'and "argument", the words you say or a description of what you do.'
     )
     return [
         {"role": "system", "content": SYSTEM_TEMPLATE.format(name=obs.agent, background=obs.background)},

@@ -9,7 +9,8 @@ from agents.llm import LLMAgent
 from agents.loading import AgentSpecError, is_custom_spec, load_agent
 from agents.scripted import ReplayAgent, ScriptedAgent
 from episodes.runner import play
-from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.actions import ActionType, AgentAction, action_json_schema
+from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import SocialEnv
 from sotopia_env.evaluation import RuleBasedEvaluator
@@ -34,7 +35,7 @@ def test_llm_agent_parses_and_retries(two_friends):
     assert action.action_type is ActionType.speak and action.argument == "Hi!"
     assert agent.usage.calls == 3 and agent.usage.errors == 0
     request = backend.requests[0]
-    assert request.json_schema["properties"]["action_type"]["enum"][1] == "speak"
+    assert request.json_schema == action_json_schema(first_observation(two_friends).available_actions)
     assert request.messages == render_prompt(first_observation(two_friends))
 
 
@@ -124,3 +125,24 @@ def test_human_agent_reads_piped_stdin(two_friends):
     assert two_friends.scenario.goals[0] in out.getvalue()
     eof = asyncio.run(HumanAgent(stdin=io.StringIO(""), stdout=io.StringIO()).act(first_observation(two_friends)))
     assert eof.action_type is ActionType.leave
+
+
+def test_llm_agent_retries_a_verbatim_repeat_sampled_and_keeps_it_if_nothing_better(two_friends):
+    env = SocialEnv(setup=two_friends)
+    obs, _ = env.reset()
+    first, second = two_friends.agent_names
+    obs, *_ = env.step({first: say("Hi there!"), second: {"action_type": "none", "argument": ""}})
+    seen = Observation.from_env(obs[second])
+    greedy = GenerationSettings(temperature=0.0, retry_repeats=True)
+
+    agent = LLMAgent(ScriptedBackend([say("Hi there!"), say("Hello, you.")]), settings=greedy)
+    action = asyncio.run(agent.act(seen))
+    assert action.argument == "Hello, you." and agent.usage.calls == 2 and agent.usage.errors == 0
+    assert [r.temperature for r in agent.backend.requests] == [0.0, greedy.retry_temperature]
+
+    stuck = LLMAgent(ScriptedBackend([say("Hi there!")], cycle=True), settings=greedy, max_retries=1)
+    action = asyncio.run(stuck.act(seen))
+    assert action.argument == "Hi there!" and action.error is None and stuck.usage.calls == 2
+
+    off = LLMAgent(ScriptedBackend([say("Hi there!")], cycle=True), settings=GenerationSettings(temperature=0.0))
+    assert asyncio.run(off.act(seen)).argument == "Hi there!" and off.usage.calls == 1

@@ -114,3 +114,19 @@ def test_social_r1_llm_judge_with_the_embedded_model(embedded_model_path):
         assert all(0.0 <= v <= 1.0 for v in judgement.stage_scores.values())
     (value,) = reward(["Alex broke a vase."], [completion], label=["1"])
     assert isinstance(value, float) and value > 0  # correct answer, valid format: the outcome term counts
+
+
+def test_default_run_episode_is_a_conversation(embedded_model_path, tmp_path):
+    """``sotopia-env run`` as a new user runs it (seed 0, both seats and settings as run builds them), judge
+    skipped: every speak / non-verbal / action turn carries words, and nobody walks out at once."""
+    store = f"sqlite:///{tmp_path}/run.db"
+    args = ["run", "--seed", "0", "--max-turns", "6", "--evaluator", "none", "--store", store, "--tag", "q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (log,) = open_store(store).query(tag="q")
+    assert len(log.turns) >= 4, result.output
+    worded = [
+        t.action for t in log.turns if t.action.action_type.value != "none" and t.action.action_type.value != "leave"
+    ]
+    assert worded and all(a.argument.strip(" .…!?,;:-\"'") for a in worded), result.output
+    assert all(t.action.error is None for t in log.turns), result.output

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -19,6 +19,7 @@ class ChatRequest:
     top_p: float = 1.0
     max_new_tokens: int = 256
     seed: int | None = None
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already generated in this reply (local backend only)
 
 
 @dataclass
@@ -66,6 +67,15 @@ class GenerationSettings:
     top_p: float = 1.0
     max_new_tokens: int = 200
     seed: int | None = None
+    repetition_penalty: float = 1.0
+    # For agents (``LLMAgent``): a reply that repeats an earlier turn word for word is retried like a malformed
+    # one (kept if every retry repeats too); retries of greedy settings sample at ``retry_temperature``.
+    retry_repeats: bool = False
+    retry_temperature: float = 0.7
+
+    def for_retry(self) -> GenerationSettings:
+        """The settings of a retry: the same, except that greedy decoding (which would repeat itself) samples."""
+        return self if self.temperature > 0 else replace(self, temperature=self.retry_temperature)
 
     def request(
         self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None, seed_offset: int = 0
@@ -79,6 +89,7 @@ class GenerationSettings:
             top_p=self.top_p,
             max_new_tokens=self.max_new_tokens,
             seed=None if self.seed is None else self.seed + seed_offset,
+            repetition_penalty=self.repetition_penalty,
         )
 
 

@@ -6,9 +6,9 @@ are collected for ``batch_window_s`` and run as one batched ``model.generate``
 time per backend, so the event loop keeps collecting while the model runs.
 
 A batch holds requests with the same sampling settings (greedy, or the same
-temperature and top_p); ``max_new_tokens`` and the JSON schema may differ per
-row. Requests with a ``json_schema`` are constrained by an xgrammar matcher per
-row, so their output is JSON that follows the schema, unless ``max_new_tokens``
+temperature and top_p; and the same ``repetition_penalty``, which counts the reply's own tokens only);
+``max_new_tokens`` and the JSON schema may differ per row. Requests with a ``json_schema`` are constrained
+by an xgrammar matcher per row, so their output is JSON that follows the schema, unless ``max_new_tokens``
 ends it first: that text is returned as is (``meta["finish_reason"] ==
 "length"``) and counted in ``stats.json_truncated``.
 
@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion
@@ -238,6 +244,8 @@ class LocalBackend:
         prompt_len = layout.width
         limits = [r.max_new_tokens for r in requests]
         processors = LogitsProcessorList()
+        if requests[0].repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
+            processors.append(RepetitionPenaltyLogitsProcessor(requests[0].repetition_penalty, prompt_len))
         if any(g is not None for g in grammars):
             processors.append(_GrammarMask(grammars, limits, self._vocab_size))
         stopping = StoppingCriteriaList([_RowLimits(limits, prompt_len)]) if len(set(limits)) > 1 else None
@@ -415,8 +423,9 @@ def _stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
     return stop
 
 
-def _sampling_key(request: ChatRequest) -> tuple[float, float]:
-    return (0.0, 1.0) if request.temperature <= 0 else (request.temperature, request.top_p)
+def _sampling_key(request: ChatRequest) -> tuple[float, float, float]:
+    penalty = request.repetition_penalty
+    return (0.0, 1.0, penalty) if request.temperature <= 0 else (request.temperature, request.top_p, penalty)
 
 
 def _is_json(text: str) -> bool:

@@ -23,7 +23,7 @@ from sotopia_env.backends.base import ChatRequest, Completion
 
 # Providers that speak the OpenAI protocol at an ``api_base`` and accept ``response_format`` json_schema.
 OPENAI_COMPATIBLE = frozenset({"openai", "hosted_vllm"})
-HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum"})
+HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum", "pattern"})
 _MAX_BACKOFF_S = 30.0
 
 # Semaphores bind to the event loop they are first used on, so there is one set per running loop.
@@ -64,6 +64,21 @@ def without_keywords(schema: Any, drop: frozenset[str]) -> Any:
         else:
             out[key] = without_keywords(value, drop)
     return out
+
+
+def hosted_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """What hosted providers' strict mode accepts: no ``HOSTED_UNSUPPORTED`` keywords, and a root ``anyOf`` of
+    object schemas (the action schema's per-kind branches) merged into one object whose enums are the union."""
+    schema = without_keywords(schema, HOSTED_UNSUPPORTED)
+    branches = schema.get("anyOf")
+    if not isinstance(branches, list) or not all(isinstance(b, dict) and "properties" in b for b in branches):
+        return schema
+    merged = {**branches[0], "properties": dict(branches[0]["properties"])}
+    for name, prop in merged["properties"].items():
+        enums = [v for b in branches for v in b["properties"].get(name, {}).get("enum", [])]
+        if enums:
+            merged["properties"][name] = {**prop, "enum": list(dict.fromkeys(enums))}
+    return merged
 
 
 def schema_instruction(schema: dict[str, Any]) -> str:
@@ -150,9 +165,7 @@ class RemoteBackend:
             if self.structured_output:
                 # Hosted providers' strict mode rejects length and range keywords: drop them there (we validate
                 # anyway). Servers at an ``api_base`` (vLLM, llama.cpp) get the schema as is.
-                schema = (
-                    without_keywords(request.json_schema, HOSTED_UNSUPPORTED) if self._hosted else request.json_schema
-                )
+                schema = hosted_schema(request.json_schema) if self._hosted else request.json_schema
                 extra["response_format"] = {
                     "type": "json_schema",
                     "json_schema": {"name": "action", "schema": schema, "strict": True},
