@@ -3,6 +3,10 @@
 - ``none``: no evaluator (episodes are stored unrated by choice);
 - ``rule-based``: the offline, deterministic ``RuleBasedEvaluator`` (for smoke runs and tests);
 - anything else: a model spec (as ``--agent1`` takes) for an ``LLMEvaluator`` on the shared backend.
+
+An embedded model (``smollm2-135m``) judges with reasonings of at most ``EMBEDDED_REASONING`` characters: its
+scores are a smoke test, not a measurement (``run`` says so), and fourteen long reasonings from a 135M model
+would take minutes on a CPU.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from sotopia_env.evaluation import Evaluator
 
 NO_EVALUATOR = "none"
 RULE_BASED = "rule-based"
+EMBEDDED_REASONING = 60
 
 
 def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None = None) -> Evaluator | None:
@@ -25,6 +30,10 @@ def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None 
 
         return RuleBasedEvaluator(chosen)
     from sotopia_env.backends.resolve import resolve_backend
+    from sotopia_env.embedded_models import EMBEDDED_MODELS
     from sotopia_env.llm_evaluator import LLMEvaluator
 
-    return LLMEvaluator(resolve_backend(spec, api_base=api_base), dimensions=chosen)
+    backend = resolve_backend(spec, api_base=api_base)
+    if spec in EMBEDDED_MODELS:  # always played locally, api_base or not
+        return LLMEvaluator(backend, dimensions=chosen, max_reasoning=EMBEDDED_REASONING)
+    return LLMEvaluator(backend, dimensions=chosen)

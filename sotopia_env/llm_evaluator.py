@@ -100,13 +100,20 @@ class LLMEvaluator(SyncFromAsync):
         max_retries: int = 2,
         settings: GenerationSettings | None = None,
         constrained: bool = True,
+        max_reasoning: int = 400,
     ) -> None:
+        """``max_reasoning`` caps each reasoning (characters) in the constrained schema; the default token budget
+        follows it."""
         if not dimensions:
             raise ValueError("an evaluator needs at least one dimension")
         self.backend = backend
         self.dimensions = tuple(dimensions)
         self.max_retries = max_retries
-        self.settings = settings or GenerationSettings(temperature=0.0, max_new_tokens=160 * len(self.dimensions) * 2)
+        self.max_reasoning = max_reasoning
+        per_score = max_reasoning // 3 + 30  # tokens: the reasoning (~3 characters a token) and the JSON around it
+        self.settings = settings or GenerationSettings(
+            temperature=0.0, max_new_tokens=per_score * len(self.dimensions) * 2
+        )
         self.constrained = constrained
         self.usage = Usage()
 
@@ -116,7 +123,7 @@ class LLMEvaluator(SyncFromAsync):
 
     async def aevaluate(self, context: EpisodeContext) -> EpisodeRating:
         names = context.setup.agent_names
-        schema = rating_schema(len(names), self.dimensions) if self.constrained else None
+        schema = rating_schema(len(names), self.dimensions, self.max_reasoning) if self.constrained else None
         request = self.settings.request(evaluation_prompt(context, self.dimensions), schema)
         problems: list[str] = []
         usage = Usage()

@@ -17,6 +17,7 @@ def test_none_rule_based_and_model_specs() -> None:
     assert isinstance(rule, RuleBasedEvaluator) and [d.name for d in rule.dimensions] == ["goal"]
     judge = make_evaluator("qwen", "sotopia", api_base="http://127.0.0.1:9/v1")
     assert isinstance(judge, LLMEvaluator) and len(judge.dimensions) == 7
+    assert judge.max_reasoning == 400 and judge.settings.max_new_tokens == (400 // 3 + 30) * 7 * 2
     with pytest.raises(ValueError, match="nonsense"):
         make_evaluator("rule-based", "nonsense")
 
