@@ -86,18 +86,21 @@ def test_two_grpo_steps_on_each_task_leave_a_model_spec(task, tmp_path, tiny_mod
 
 
 def _column_task(seen: list, nones: str):
-    """A task registered from the test: its reward records the columns it gets and returns None as told."""
+    """A task registered from the test: its reward records the columns it gets and returns None as told
+    (``half``: every other completion; ``after-first``: every completion after the first batch)."""
     from datasets import Dataset
 
+    words = "xyzw"
     rows = [
-        {"prompt": [{"role": "user", "content": f"Say {w}."}], "target": w, "weight": i} for i, w in enumerate("xyzw")
+        {"prompt": [{"role": "user", "content": f"Say {w}."}], "target": w, "weight": i} for i, w in enumerate(words)
     ]
 
     def target_reward(prompts, completions, *, target, weight, **columns):
         seen.append((list(target), list(weight), [p[0]["content"] for p in prompts]))
-        if nones == "all":
-            return [None] * len(completions)
-        return [None if i % 2 else float(len(c[0]["content"])) for i, c in enumerate(completions)]
+        scores = [float(i % 2) for i in range(len(completions))]  # a group's two completions always differ
+        if nones == "after-first":
+            return scores if len(seen) == 1 else [None] * len(completions)
+        return [None if i % 2 else score for i, score in enumerate(scores)]
 
     @register_task(f"test-columns-{nones}")
     def build(data, max_items):
@@ -120,13 +123,18 @@ def test_a_step_where_every_reward_is_none_is_skipped_and_counted(tmp_path, tiny
     from safetensors.torch import load_file
 
     seen: list = []
-    _column_task(seen, "all")
-    result = train_grpo(_config(tmp_path, tiny_model_dir, "test-columns-all", data=None, max_items=4))
-    assert result.steps == 2 and result.unscorable_batches == 2 and result.none_rewards == 4
-    assert result.rewards == [None, None]
-    weights = load_file(str(Path(result.model_dir) / "adapter" / "adapter_model.safetensors"))
-    lora_b = [t for name, t in weights.items() if "lora_B" in name]
-    assert lora_b and all(float(t.abs().max()) == 0.0 for t in lora_b)  # no gradient: the new LoRA is untouched
+    _column_task(seen, "after-first")
+    config = _config(
+        tmp_path, tiny_model_dir, "test-columns-after-first", data=None, max_items=4, max_steps=3, save_total_limit=3
+    )
+    result = train_grpo(config)
+    assert result.steps == 3 and result.unscorable_batches == 2 and result.none_rewards == 4
+    assert result.rewards[0] is not None and result.rewards[1:] == [None, None]
+    after_first = load_file(str(Path(config.output_dir) / "checkpoints" / "checkpoint-1" / "adapter_model.safetensors"))
+    final = load_file(str(Path(result.model_dir) / "adapter" / "adapter_model.safetensors"))
+    assert any(float(t.abs().max()) > 0 for k, t in after_first.items() if "lora_B" in k)  # step 1 learned
+    # steps 2 and 3 moved nothing: not the KL term's gradient, not the optimizer's momentum
+    assert after_first.keys() == final.keys() and all((after_first[k] == final[k]).all() for k in final)
 
 
 def test_resume_from_the_last_checkpoint(tmp_path, tiny_model_dir):

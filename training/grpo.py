@@ -256,10 +256,12 @@ def grpo_config(config: GRPOStageConfig, output_dir: Path, bf16: bool):
 
 @functools.lru_cache(maxsize=1)
 def _trainer_class():
-    """``GRPOTrainer`` that zeroes the loss of generation batches no reward could score, and counts them.
+    """``GRPOTrainer`` that skips the updates of generation batches no reward could score, and counts them.
 
-    TRL already gives a completion every reward left ``None`` a zero advantage; with ``beta > 0`` the KL
-    term would still move the policy on such a batch, so its loss is zeroed here (no gradient at all)."""
+    TRL gives a completion every reward left ``None`` a zero advantage; the KL term (``beta > 0``) and the
+    optimizer's momentum would still move the policy on such a batch. Here its loss is zeroed, and an
+    optimizer step whose accumulation window held nothing scorable gets no gradients at all (``None``), so
+    the optimizer leaves every weight and its state as they were."""
     from trl import GRPOTrainer
 
     class SkippingGRPOTrainer(GRPOTrainer):
@@ -268,6 +270,7 @@ def _trainer_class():
             self.tally = tally
             self.unscorable_batches = 0
             self._batch_unscorable = False
+            self._window_scorable = False
 
         def _generate_and_score_completions(self, inputs):
             self.tally.start_batch()
@@ -281,5 +284,15 @@ def _trainer_class():
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             return loss * 0.0 if self._batch_unscorable else loss
+
+        def training_step(self, model, inputs, num_items_in_batch):
+            accumulation = self.current_gradient_accumulation_steps
+            if self._step % accumulation == 0:
+                self._window_scorable = False
+            loss = super().training_step(model, inputs, num_items_in_batch)  # generates when due; counts _step
+            self._window_scorable |= not self._batch_unscorable
+            if self._step % accumulation == 0 and not self._window_scorable:
+                model.zero_grad(set_to_none=True)  # the optimizer skips parameters without a gradient
+            return loss
 
     return SkippingGRPOTrainer
