@@ -210,6 +210,7 @@ def test_missing_data_and_empty_tasks_are_errors(tmp_path):
 
 @pytest.mark.model
 def test_smollm2_grpo_steps_on_socialiqa(tmp_path, embedded_model_path):
-    result = train_grpo(_config(tmp_path, "smollm2-135m", max_completion_length=16, learning_rate=5e-6, save_steps=50))
-    assert result.steps == 2 and len(result.rewards) == 2
+    config = _config(tmp_path, "smollm2-135m", max_steps=1, max_completion_length=16, learning_rate=5e-6, save_steps=50)
+    result = train_grpo(config)
+    assert result.steps == 1 and len(result.rewards) == 1
     assert all(r is not None and -4.0 <= r <= 3.0 for r in result.rewards)  # format + answer rewards, summed
