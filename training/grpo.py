@@ -31,13 +31,12 @@ from training.trainer import (
     ADAPTER_DIR,
     CHECKPOINTS_DIR,
     adapter_setup,
-    checkpointing_arg,
-    cuda_available,
     decide_precision,
     last_checkpoint,
     load_model,
     load_tokenizer,
     release_memory,
+    training_args,
 )
 
 RESULT_FILE = "grpo_result.json"
@@ -221,17 +220,11 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
 
 
 def grpo_config(config: GRPOStageConfig, output_dir: Path, bf16: bool):
-    """TRL's ``GRPOConfig`` for ``config``."""
+    """TRL's ``GRPOConfig`` for ``config``: the stages' common arguments and the GRPO knobs."""
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(output_dir),
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
-        num_train_epochs=config.num_epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum,
+        **training_args(GRPOConfig, config, output_dir, bf16),
         num_generations=config.num_generations,
         beta=config.beta,
         temperature=config.temperature,
@@ -239,17 +232,6 @@ def grpo_config(config: GRPOStageConfig, output_dir: Path, bf16: bool):
         loss_type=config.loss_type,
         use_vllm=config.use_vllm,
         vllm_mode=config.vllm_mode,
-        seed=config.seed,
-        data_seed=config.seed,
-        bf16=bf16,
-        logging_steps=config.logging_steps,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        report_to="none",
-        disable_tqdm=not config.progress,
-        dataloader_pin_memory=cuda_available(),
-        **checkpointing_arg(GRPOConfig, config.gradient_checkpointing),
         **config.extra_args,
     )
 

@@ -248,16 +248,25 @@ def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
     from trl import SFTConfig
 
     return SFTConfig(
+        **training_args(SFTConfig, config, output_dir, bf16),
+        warmup_steps=config.warmup,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        **config.extra_args,
+    )
+
+
+def training_args(config_class: type, config: TrainConfig, output_dir: Path, bf16: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields every stage sets the same way (``config``: a ``TrainConfig`` or any
+    config with its fields): schedule, batch, seed, precision, a log line per step, periodic checkpoints."""
+    return dict(
         output_dir=str(output_dir),
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup,
         num_train_epochs=config.num_epochs,
         max_steps=config.max_steps,
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
-        max_length=config.max_length,
-        completion_only_loss=True,
         seed=config.seed,
         data_seed=config.seed,
         bf16=bf16,
@@ -268,8 +277,7 @@ def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
         report_to="none",
         disable_tqdm=not config.progress,
         dataloader_pin_memory=cuda_available(),
-        **checkpointing_arg(SFTConfig, config.gradient_checkpointing),
-        **config.extra_args,
+        **checkpointing_arg(config_class, config.gradient_checkpointing),
     )
 
 
