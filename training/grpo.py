@@ -51,6 +51,7 @@ class GRPOStageConfig:
     task: str = "socialiqa"  # a registered task (training.rl.task_names())
     data: str | None = None  # the task's data file
     max_items: int | None = None  # use only the first N items
+    task_options: dict[str, Any] = field(default_factory=dict)  # the task's own options (social_turns: judge)
     base_model: str = "smollm2-135m"  # alias, hub id, model dir, or a trained model spec (BC/SR output dir)
     init_adapter: str | None = None  # continue this LoRA adapter (set from a trained model spec)
     output_dir: str = "outputs/grpo"
@@ -170,7 +171,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     checkpoints = out / CHECKPOINTS_DIR
 
     # 1. the task, its rewards counting their Nones
-    task = build_task(config.task, config.data, config.max_items)
+    task = build_task(config.task, config.data, config.max_items, config.task_options)
     tally = NoneTally()
     rewards = [counting_nones(func, tally) for func in task.rewards]
 

@@ -1,6 +1,7 @@
 """What GRPO trains on: a task is a prompt dataset and reward functions, registered by name.
 
-A task builder takes the task's data file (or None) and an item limit and returns an :class:`RLTask`:
+A task builder takes the task's data file (or None), an item limit and the task's options (keyword
+arguments, from ``task_options`` in the config) and returns an :class:`RLTask`:
 
 - ``dataset``: a ``datasets.Dataset`` with a ``prompt`` column in chat form (a list of
   ``{"role", "content"}`` messages) and whatever other columns the rewards read;
@@ -10,7 +11,7 @@ A task builder takes the task's data file (or None) and an item limit and return
   and a completion every reward leaves ``None`` gets no advantage.
 
 Plug a new task in with ``@register_task("name")`` on a builder; ``training.rl.builtin`` registers
-``socialiqa``, ``social_r1`` and ``item_selection``.
+``socialiqa``, ``social_r1`` and ``item_selection``, ``training.rl.social_turns`` registers ``social_turns``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from sotopia_env.errors import UserError
 
 RewardFunc = Callable[..., list[float | None]]
-TaskBuilder = Callable[[str | None, int | None], "RLTask"]
+TaskBuilder = Callable[..., "RLTask"]  # (data, max_items, **options) -> RLTask
 
 
 class TaskError(UserError, ValueError):
@@ -48,7 +49,8 @@ _TASKS: dict[str, TaskBuilder] = {}
 
 
 def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
-    """Decorator: register ``builder(data, max_items) -> RLTask`` under ``name`` (a later one replaces it)."""
+    """Decorator: register ``builder(data, max_items, **options) -> RLTask`` under ``name`` (a later one replaces
+    it)."""
 
     def register(builder: TaskBuilder) -> TaskBuilder:
         _TASKS[name] = builder
@@ -62,13 +64,23 @@ def task_names() -> list[str]:
     return sorted(_TASKS)
 
 
-def build_task(name: str, data: str | None = None, max_items: int | None = None) -> RLTask:
-    """The registered task ``name`` on ``data`` (its first ``max_items`` items if given)."""
+def build_task(
+    name: str, data: str | None = None, max_items: int | None = None, options: dict[str, Any] | None = None
+) -> RLTask:
+    """The registered task ``name`` on ``data`` (its first ``max_items`` items if given), with ``options``."""
+    import inspect
+
     _load_builtin()
     if name not in _TASKS:
         raise TaskError(f"unknown RL task {name!r} (tasks: {', '.join(sorted(_TASKS))})")
-    return _TASKS[name](data, max_items)
+    builder = _TASKS[name]
+    try:
+        inspect.signature(builder).bind(data, max_items, **(options or {}))
+    except TypeError as exc:
+        raise TaskError(f"task {name!r}: bad task_options ({exc})") from None
+    return builder(data, max_items, **(options or {}))
 
 
 def _load_builtin() -> None:
     import training.rl.builtin  # noqa: F401  (registers the built-in tasks)
+    import training.rl.social_turns  # noqa: F401
