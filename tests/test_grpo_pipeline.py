@@ -29,7 +29,9 @@ def test_bc_sr_rl_end_to_end_then_resume_skips_finished_stages(tmp_path, tmp_pat
     raw = pipeline_config(tmp_path, tiny_model_spec(tmp_path_factory))
     raw["train"]["max_steps"] = 2
     raw["sr"]["train"]["max_steps"] = 2
-    raw["rl"] = RL
+    # SOTOPIA-RL's task on the run's own BC and SR episodes (the tiny policy writes no valid action, so its
+    # judge, the tiny model, is never asked; test_grpo_social_turns covers the judge)
+    raw["rl"] = {**RL, "task": "social_turns", "data": None, "task_options": {"judge": raw["base_model"]}}
     config = parse_config(raw, "e2e")
     assert plan(config) == ["eval-base", "bc", "eval-bc", "sr1", "eval-sr1", "rl", "eval-rl"]
     config_file = tmp_path / "pipeline.yaml"
@@ -40,7 +42,9 @@ def test_bc_sr_rl_end_to_end_then_resume_skips_finished_stages(tmp_path, tmp_pat
     state = PipelineState.load(config.out)
     assert list(state.stages) == plan(config)
     rl = state.stages["rl"]
-    assert rl["train"]["steps"] == 2 and rl["dataset"] == "socialiqa: 2 prompts"
+    assert rl["train"]["steps"] == 2 and rl["dataset"] == "social_turns: 2 prompts"
+    exported = (config.out / "rl" / "episodes.jsonl").read_text().splitlines()
+    assert len(exported) == 4  # bc and sr1: one episode per train scenario each
     assert "rl:" in result.output and "reward:" in result.output
     # RL continued the SR adapter: same base, a new adapter under rl/
     sr_ref = json.loads(Path(state.stages["sr1"]["model"], "sotopia_model.json").read_text())
@@ -79,7 +83,8 @@ def test_bad_rl_fields_give_one_line_naming_file_and_field(rl, field):
 
 def test_example_configs_with_rl():
     gpu = load_config(ROOT / "examples" / "pipeline-7b-gpu.yaml")
-    assert gpu.rl is not None and (gpu.rl.learning_rate, gpu.rl.num_generations, gpu.rl.beta) == (5e-6, 16, 0.04)
+    assert gpu.rl is not None and gpu.rl.task == "social_turns"
+    assert (gpu.rl.learning_rate, gpu.rl.num_generations, gpu.rl.beta) == (5e-6, 16, 0.04)
     assert gpu.rl.temperature == 0.9
     assert (gpu.train.lora_r, gpu.train.lora_alpha, gpu.train.learning_rate) == (8, 32, 5e-5)
     assert plan(gpu)[-2:] == ["rl", "eval-rl"]
