@@ -25,10 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sotopia_env.model_ref import read_model_ref, write_model_ref
+from sotopia_env.model_ref import read_model_ref
 from training.rl.tasks import RewardFunc, build_task
 from training.trainer import (
-    ADAPTER_DIR,
     CHECKPOINTS_DIR,
     adapter_setup,
     decide_precision,
@@ -36,6 +35,7 @@ from training.trainer import (
     load_model,
     load_tokenizer,
     release_memory,
+    save_adapter_spec,
     training_args,
 )
 
@@ -197,9 +197,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     log = [h for h in trainer.state.log_history if "reward" in h or "loss" in h]
 
     # 4. save a model spec
-    trainer.model.save_pretrained(str(out / ADAPTER_DIR))
-    tokenizer.save_pretrained(str(out / ADAPTER_DIR))
-    write_model_ref(out, config.base_model, ADAPTER_DIR)
+    save_adapter_spec(trainer.model, tokenizer, out, config.base_model)
     result = GRPOResult(
         model_dir=str(out),
         task=task.name,

@@ -224,9 +224,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
         trainer.save_model(str(out))
         tokenizer.save_pretrained(str(out))
     else:
-        trainer.model.save_pretrained(str(out / ADAPTER_DIR))
-        tokenizer.save_pretrained(str(out / ADAPTER_DIR))
-        write_model_ref(out, config.base_model, ADAPTER_DIR)
+        save_adapter_spec(trainer.model, tokenizer, out, config.base_model)
     result = TrainResult(
         model_dir=str(out),
         losses=losses,
@@ -241,6 +239,13 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     del trainer, model
     release_memory()
     return result
+
+
+def save_adapter_spec(model, tokenizer, out: Path, base_model: str) -> None:
+    """``out`` as a model spec: the adapter and tokenizer in ``out/adapter``, ``sotopia_model.json`` naming both."""
+    model.save_pretrained(str(out / ADAPTER_DIR))
+    tokenizer.save_pretrained(str(out / ADAPTER_DIR))
+    write_model_ref(out, base_model, ADAPTER_DIR)
 
 
 def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
