@@ -1,4 +1,4 @@
-"""``sotopia-env train pipeline|bc|sr|eval|status|dataset``: the SOTOPIA-pi loop from one YAML config."""
+"""``sotopia-env train pipeline|bc|sr|grpo|eval|status|dataset``: the SOTOPIA-pi loop (and GRPO) from YAML configs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sotopia_cli.common import console, user_errors
 from sotopia_cli.options import Store
 
 train_app = typer.Typer(
-    help="Train agents on rated episodes: behaviour cloning (BC), self-reinforcement (SR), evaluation.",
+    help="Train agents: behaviour cloning (BC), self-reinforcement (SR), RL on social rewards (GRPO), evaluation.",
     no_args_is_help=True,
 )
 
@@ -24,8 +24,11 @@ def _errors():
     from training.config import ConfigError
     from training.dataset import ReplayError, TestSplitError
     from training.pipeline import StageOrderError
+    from training.rl.tasks import TaskError
 
-    return user_errors(ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, ValueError, OSError)
+    return user_errors(
+        ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, TaskError, ValueError, OSError
+    )
 
 
 def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) -> None:
@@ -42,15 +45,22 @@ def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) ->
             if stage.get("dataset"):
                 line += f"\n  data: {stage['dataset']}"
             if stage.get("train"):
-                losses = stage["train"]["losses"]
-                if losses:
-                    line += f"\n  loss: {losses[0]:.3f} -> {losses[-1]:.3f} over {stage['train']['steps']} steps"
+                line += _train_line(stage["train"])
             if stage.get("note"):
                 line += f"\n  note: {stage['note']}"
             console.print(line, highlight=False)
     if report.rows:
         print_report(report, console, title=f"{config.output_dir}: every stage vs {config.eval.partner}")
     console.print(f"outputs in {config.output_dir} (state.json, report.json)")
+
+
+def _train_line(train: dict) -> str:
+    """Loss (SFT stages) or mean reward (GRPO) from the first to the last logged step."""
+    key, values = ("loss", train.get("losses")) if "losses" in train else ("reward", train.get("rewards"))
+    values = [v for v in values or [] if v is not None]
+    if not values:
+        return ""
+    return f"\n  {key}: {values[0]:.3f} -> {values[-1]:.3f} over {train['steps']} steps"
 
 
 @train_app.command("pipeline")
@@ -79,6 +89,37 @@ def sr(
         rounds = load_config(config).sr.rounds
     wanted = [f"sr{round_}"] if round_ else [f"sr{k}" for k in range(1, rounds + 1)]
     _run(config, wanted, force, quiet)
+
+
+@train_app.command("rl")
+def rl(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet) -> None:
+    """The pipeline's RL stage only (its rl: section): GRPO from the last SR policy."""
+    _run(config, ["rl"], force, quiet)
+
+
+@train_app.command("grpo")
+def grpo(
+    config: Path = typer.Argument(..., help="A GRPO YAML config (see examples/grpo-socialiqa-cpu.yaml)."),
+    quiet: bool = Quiet,
+) -> None:
+    """RL on social rewards alone: GRPO with a LoRA on a task's prompts (socialiqa, social_r1, item_selection).
+
+    Resumes from the last checkpoint in OUTPUT_DIR/checkpoints; OUTPUT_DIR becomes a model spec."""
+    import dataclasses
+
+    from training.config import load_grpo_config
+    from training.grpo import train_grpo
+
+    with _errors():
+        cfg = load_grpo_config(config)
+        if quiet:
+            cfg = dataclasses.replace(cfg, progress=False)
+        result = train_grpo(cfg)
+    line = f"[bold]grpo[/] ({result.task}, {result.prompts} prompts): {result.model_dir}"
+    line += _train_line(dataclasses.asdict(result))
+    line += f"\n  None rewards: {result.none_rewards}, unscorable batches skipped: {result.unscorable_batches}"
+    console.print(line, highlight=False)
+    console.print(f"model spec in {result.model_dir} (play it: sotopia-env run --agent1 {result.model_dir})")
 
 
 @train_app.command("eval")

@@ -17,6 +17,7 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
 from sotopia_env.validation import field_problem
 from training.dataset import FilterConfig
+from training.grpo import GRPOStageConfig
 from training.trainer import TrainConfig
 
 _SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
@@ -105,6 +106,7 @@ class PipelineConfig:
     sr: SRConfig = field(default_factory=SRConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    rl: GRPOStageConfig | None = None  # GRPO after the last SR round (optional); see training.grpo
     source: str = "<config>"  # where it was read from (for error messages)
 
     @property
@@ -133,9 +135,12 @@ def parse_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         raise ConfigError(f"{source}: the top level must be a mapping")
     if "source" in raw:
         raise ConfigError(f"{source}: field 'source': Unexpected keyword argument")
-    for key in _SET_BY_PIPELINE:
-        if key in (raw.get("train") or {}) and isinstance(raw.get("train"), dict):
-            raise ConfigError(f"{source}: field 'train.{key}': set by the pipeline; use the top-level base_model")
+    for section in ("train", "rl"):
+        for key in _SET_BY_PIPELINE:
+            if isinstance(raw.get(section), dict) and key in raw[section]:
+                raise ConfigError(
+                    f"{source}: field '{section}.{key}': set by the pipeline; use the top-level base_model"
+                )
     try:
         config = TypeAdapter(PipelineConfig).validate_python({**raw, "source": source})
     except ValidationError as exc:
@@ -183,3 +188,18 @@ def load_config(path: str | Path) -> PipelineConfig:
 
     path = Path(path)
     return parse_config(read_yaml(path, ConfigError), str(path))
+
+
+def load_grpo_config(path: str | Path) -> GRPOStageConfig:
+    """Read and validate a YAML GRPO config (``sotopia-env train grpo``): the fields of ``GRPOStageConfig``."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from sotopia_env.library import read_yaml
+
+    raw = read_yaml(Path(path), ConfigError)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    try:
+        return TypeAdapter(GRPOStageConfig).validate_python(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {field_problem(exc, '(top level)')}") from None

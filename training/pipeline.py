@@ -1,10 +1,11 @@
-"""The SOTOPIA-pi loop from one config: evaluate the base, BC, evaluate, then SR rounds, each evaluated.
+"""The SOTOPIA-pi loop from one config: evaluate the base, BC, evaluate, then SR rounds, then RL, each evaluated.
 
 Stages run in this order (``plan``): ``eval-base``, ``bc``, ``eval-bc``, ``sr1``,
-``eval-sr1``, ... Everything lives under the config's ``output_dir``:
+``eval-sr1``, ..., and with an ``rl:`` section ``rl``, ``eval-rl`` (GRPO from the last policy).
+Everything lives under the config's ``output_dir``:
 
 - ``episodes.db``: every stage's episodes (SQLite, unless ``store`` says otherwise);
-- ``bc/``, ``sr1/``, ...: each trained model (a model spec), its dataset and checkpoints;
+- ``bc/``, ``sr1/``, ..., ``rl/``: each trained model (a model spec), its dataset and checkpoints;
 - ``state.json``: each finished stage with its result and ``finished_at``;
 - ``report.json`` / ``report.png``: every stage's evaluation in one table.
 
@@ -27,6 +28,7 @@ from training.bc import run_bc
 from training.config import PipelineConfig
 from training.context import StageContext, StageResult
 from training.evaluate import eval_name, run_eval, stage_report
+from training.rl_stage import run_rl
 from training.sr import run_sr_round, stage_name
 
 STATE_FILE = "state.json"
@@ -66,8 +68,13 @@ class PipelineState:
 
 
 def trained_stages(config: PipelineConfig) -> list[str]:
-    """``base``, then ``bc`` (if enabled), then ``sr1`` .. ``srN``: the policies the pipeline produces."""
-    return ["base", *(["bc"] if config.bc.enabled else []), *(stage_name(k) for k in range(1, config.sr.rounds + 1))]
+    """``base``, then ``bc`` (if enabled), ``sr1`` .. ``srN``, ``rl`` (with an rl section): the policies made."""
+    return [
+        "base",
+        *(["bc"] if config.bc.enabled else []),
+        *(stage_name(k) for k in range(1, config.sr.rounds + 1)),
+        *(["rl"] if config.rl is not None else []),
+    ]
 
 
 def plan(config: PipelineConfig) -> list[str]:
@@ -98,9 +105,10 @@ def run_stage(ctx: StageContext, name: str, state: PipelineState) -> StageResult
         return run_eval(ctx, stage, policy_of(stage, config, state))
     if name == "bc":
         return run_bc(ctx)
-    round_ = int(name.removeprefix("sr"))
-    previous = stages[stages.index(name) - 1]
-    return run_sr_round(ctx, round_, policy_of(previous, config, state))
+    previous = policy_of(stages[stages.index(name) - 1], config, state)
+    if name == "rl":
+        return run_rl(ctx, previous)
+    return run_sr_round(ctx, int(name.removeprefix("sr")), previous)
 
 
 def run_stages(

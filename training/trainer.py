@@ -150,6 +150,32 @@ def load_model(path: str, bf16: bool, qlora: bool, gradient_checkpointing: bool)
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
 
 
+def adapter_setup(model, config: TrainConfig):
+    """``(model, peft_config)``: the adapter being continued (loaded trainable), a new LoRA config, or neither
+    (full fine-tune). ``config`` is any config with the LoRA fields of ``TrainConfig``."""
+    from peft import LoraConfig, PeftModel
+
+    if config.init_adapter:
+        return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True), None
+    if config.full_finetune:
+        return model, None
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return model, lora
+
+
+def checkpointing_arg(config_class: type, enabled: bool) -> dict[str, bool]:
+    """The gradient-checkpointing switch under its name in ``config_class`` (transformers 5 renamed
+    gradient_checkpointing to activation_checkpointing; the old name warns)."""
+    name = "activation_checkpointing" if "activation_checkpointing" in config_class.__dataclass_fields__ else None
+    return {name or "gradient_checkpointing": enabled}
+
+
 def last_checkpoint(checkpoints: Path) -> str | None:
     if not checkpoints.is_dir():
         return None
@@ -160,7 +186,6 @@ def last_checkpoint(checkpoints: Path) -> str | None:
 
 def train(dataset, config: TrainConfig) -> TrainResult:
     """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
-    from peft import LoraConfig, PeftModel
     from trl import SFTTrainer
 
     from sotopia_env.embedded_models import resolve_model_path
@@ -179,17 +204,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     model = load_model(base_path, bf16, qlora, config.gradient_checkpointing)
 
     # 3. what to train: a new LoRA, the adapter being continued, or every weight
-    peft_config = None
-    if config.init_adapter:
-        model = PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
-    elif not config.full_finetune:
-        peft_config = LoraConfig(
-            r=config.lora_r,
-            lora_alpha=config.lora_alpha,
-            lora_dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
-            task_type="CAUSAL_LM",
-        )
+    model, peft_config = adapter_setup(model, config)
 
     # 4. train, resuming from the last checkpoint if a previous run left one
     args = sft_config(config, checkpoints, bf16)
@@ -209,9 +224,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
         trainer.save_model(str(out))
         tokenizer.save_pretrained(str(out))
     else:
-        trainer.model.save_pretrained(str(out / ADAPTER_DIR))
-        tokenizer.save_pretrained(str(out / ADAPTER_DIR))
-        write_model_ref(out, config.base_model, ADAPTER_DIR)
+        save_adapter_spec(trainer.model, tokenizer, out, config.base_model)
     result = TrainResult(
         model_dir=str(out),
         losses=losses,
@@ -228,27 +241,37 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     return result
 
 
+def save_adapter_spec(model, tokenizer, out: Path, base_model: str) -> None:
+    """``out`` as a model spec: the adapter and tokenizer in ``out/adapter``, ``sotopia_model.json`` naming both."""
+    model.save_pretrained(str(out / ADAPTER_DIR))
+    tokenizer.save_pretrained(str(out / ADAPTER_DIR))
+    write_model_ref(out, base_model, ADAPTER_DIR)
+
+
 def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
     """TRL's ``SFTConfig`` for ``config``: completion-only loss, a log line per step, periodic checkpoints."""
     from trl import SFTConfig
 
-    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns)
-    checkpointing = (
-        "activation_checkpointing"
-        if "activation_checkpointing" in SFTConfig.__dataclass_fields__
-        else "gradient_checkpointing"
-    )
     return SFTConfig(
+        **training_args(SFTConfig, config, output_dir, bf16),
+        warmup_steps=config.warmup,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        **config.extra_args,
+    )
+
+
+def training_args(config_class: type, config: TrainConfig, output_dir: Path, bf16: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields every stage sets the same way (``config``: a ``TrainConfig`` or any
+    config with its fields): schedule, batch, seed, precision, a log line per step, periodic checkpoints."""
+    return dict(
         output_dir=str(output_dir),
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup,
         num_train_epochs=config.num_epochs,
         max_steps=config.max_steps,
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
-        max_length=config.max_length,
-        completion_only_loss=True,
         seed=config.seed,
         data_seed=config.seed,
         bf16=bf16,
@@ -259,8 +282,7 @@ def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
         report_to="none",
         disable_tqdm=not config.progress,
         dataloader_pin_memory=cuda_available(),
-        **{checkpointing: config.gradient_checkpointing},
-        **config.extra_args,
+        **checkpointing_arg(config_class, config.gradient_checkpointing),
     )
 
 

@@ -1,0 +1,86 @@
+"""What GRPO trains on: a task is a prompt dataset and reward functions, registered by name.
+
+A task builder takes the task's data file (or None), an item limit and the task's options (keyword
+arguments, from ``task_options`` in the config) and returns an :class:`RLTask`:
+
+- ``dataset``: a ``datasets.Dataset`` with a ``prompt`` column in chat form (a list of
+  ``{"role", "content"}`` messages) and whatever other columns the rewards read;
+- ``rewards``: reward functions in TRL's form ``(prompts, completions, **columns) -> list[float | None]``.
+  TRL passes every dataset column (one value per completion) as a keyword argument. A reward that
+  cannot be computed for a completion is ``None``, never 0: TRL leaves it out of the group baseline,
+  and a completion every reward leaves ``None`` gets no advantage.
+
+Plug a new task in with ``@register_task("name")`` on a builder; ``training.rl.builtin`` registers
+``socialiqa``, ``social_r1`` and ``item_selection``, ``training.rl.social_turns`` registers ``social_turns``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sotopia_env.errors import UserError
+
+RewardFunc = Callable[..., list[float | None]]
+TaskBuilder = Callable[..., "RLTask"]  # (data, max_items, **options) -> RLTask
+
+
+class TaskError(UserError, ValueError):
+    """A task that cannot be built: an unknown name, a missing or malformed data file (named, with the line)."""
+
+
+@dataclass(frozen=True)
+class RLTask:
+    name: str
+    dataset: Any  # datasets.Dataset: a chat-form "prompt" column plus the columns the rewards need
+    rewards: list[RewardFunc]
+
+    def __post_init__(self) -> None:
+        if len(self.dataset) == 0:
+            raise TaskError(f"task {self.name!r}: its dataset is empty (no items in the data file?)")
+        if "prompt" not in self.dataset.column_names:
+            raise TaskError(f"task {self.name!r}: its dataset has no 'prompt' column")
+        if not self.rewards:
+            raise TaskError(f"task {self.name!r}: no reward functions")
+
+
+_TASKS: dict[str, TaskBuilder] = {}
+
+
+def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
+    """Decorator: register ``builder(data, max_items, **options) -> RLTask`` under ``name`` (a later one replaces
+    it)."""
+
+    def register(builder: TaskBuilder) -> TaskBuilder:
+        _TASKS[name] = builder
+        return builder
+
+    return register
+
+
+def task_names() -> list[str]:
+    _load_builtin()
+    return sorted(_TASKS)
+
+
+def build_task(
+    name: str, data: str | None = None, max_items: int | None = None, options: dict[str, Any] | None = None
+) -> RLTask:
+    """The registered task ``name`` on ``data`` (its first ``max_items`` items if given), with ``options``."""
+    import inspect
+
+    _load_builtin()
+    if name not in _TASKS:
+        raise TaskError(f"unknown RL task {name!r} (tasks: {', '.join(sorted(_TASKS))})")
+    builder = _TASKS[name]
+    try:
+        inspect.signature(builder).bind(data, max_items, **(options or {}))
+    except TypeError as exc:
+        raise TaskError(f"task {name!r}: bad task_options ({exc})") from None
+    return builder(data, max_items, **(options or {}))
+
+
+def _load_builtin() -> None:
+    import training.rl.builtin  # noqa: F401  (registers the built-in tasks)
+    import training.rl.social_turns  # noqa: F401

@@ -1,0 +1,61 @@
+"""The pipeline's RL stage (``rl:`` in the config): GRPO on social rewards, starting from the last trained policy.
+
+The stage continues the policy's LoRA adapter (or starts a new one on an untrained base), trains it with
+``training.grpo.train_grpo`` under ``OUTPUT_DIR/rl`` (resuming from its last checkpoint), and is then
+evaluated like the BC and SR stages (``eval-rl``, a row in the one report table).
+
+With ``task: social_turns`` and no ``data``, the prompts come from this run's own rated episodes: those of the
+BC and SR stages are exported to ``OUTPUT_DIR/rl/episodes.jsonl`` (the task keeps the train-split ones).
+The judge reaches API models through the pipeline's ``api_base`` unless ``task_options`` names another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict
+from pathlib import Path
+
+from training.config import ConfigError
+from training.context import StageContext, StageResult, release_backends
+from training.grpo import train_grpo
+from training.rl.tasks import TaskError
+
+STAGE = "rl"
+
+
+def run_rl(ctx: StageContext, policy: str) -> StageResult:
+    c = ctx.config
+    assert c.rl is not None
+    out = (c.out / STAGE).resolve()
+    config = dataclasses.replace(
+        c.rl.starting_from(policy), output_dir=str(out), progress=ctx.progress and c.rl.progress
+    )
+    if config.task == "social_turns":
+        options = {"api_base": c.api_base, **config.task_options}
+        config = dataclasses.replace(config, data=config.data or own_episodes(ctx, out), task_options=options)
+    try:
+        result = train_grpo(config)
+    except TaskError as exc:
+        raise ConfigError(f"{c.source}: field 'rl': {exc}") from None
+    finally:
+        if "judge" in config.task_options:
+            release_backends({config.task_options["judge"]}, keep=ctx.evaluator)
+    return StageResult(
+        name=STAGE,
+        model=result.model_dir,
+        dataset=f"{result.task}: {result.prompts} prompts",
+        train=asdict(result),
+        note=f"{result.none_rewards} None rewards, {result.unscorable_batches} unscorable batches skipped",
+    )
+
+
+def own_episodes(ctx: StageContext, out: Path) -> str:
+    """The BC and SR stages' episodes, exported to ``out/episodes.jsonl``; its path."""
+    from episodes.export import export_jsonl
+    from training.pipeline import trained_stages
+
+    tags = [ctx.tag(stage) for stage in trained_stages(ctx.config) if stage not in ("base", STAGE)]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "episodes.jsonl"
+    export_jsonl((log for tag in tags for log in ctx.store.iter(tag)), path)
+    return str(path)
