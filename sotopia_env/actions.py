@@ -46,9 +46,12 @@ class AgentAction(BaseModel):
 MAX_ARGUMENT_CHARS = 600
 # Speech, gestures and physical actions need words: the argument opens with a character that is not
 # whitespace or punctuation (so never "", "..." or " "), and stays under MAX_ARGUMENT_CHARS. (xgrammar takes
-# no maxLength next to a pattern, so the cap is part of the pattern.)
+# no maxLength next to a pattern, so the cap is part of the pattern.) xgrammar matches a string's pattern
+# against its JSON-escaped text, so a character is an unescaped one or a valid JSON escape: with a bare ".",
+# the 135M model wrote "don\'t", which no JSON parser reads.
 WORDED_ACTIONS: tuple[str, ...] = (ActionType.speak.value, ActionType.non_verbal.value, ActionType.action.value)
-WORDED_ARGUMENT = rf"^[^\s.,;:!?…\-\"'()\[\]{{}}<>*_~].{{0,{MAX_ARGUMENT_CHARS - 1}}}$"
+_JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+WORDED_ARGUMENT = rf"^[^\s.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}{{0,{MAX_ARGUMENT_CHARS - 1}}}$"
 
 
 def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:

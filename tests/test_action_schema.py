@@ -49,15 +49,27 @@ def _action(kind: str, argument: str) -> dict[str, str]:
     return {"action_type": kind, "argument": argument}
 
 
+def _as_decoders_see_it(kind: str, argument: str) -> dict[str, str]:
+    """Constrained decoders (xgrammar, here and in vLLM) match a string's pattern against its JSON-escaped text."""
+    return _action(kind, json.dumps(argument, ensure_ascii=False)[1:-1])
+
+
 @pytest.mark.parametrize(("kind", "argument"), ACCEPTED)
 def test_schema_accepts_worded_talk_and_any_leave(kind: str, argument: str) -> None:
-    jsonschema.validate(_action(kind, argument), action_json_schema())
+    jsonschema.validate(_as_decoders_see_it(kind, argument), action_json_schema())
 
 
 @pytest.mark.parametrize(("kind", "argument"), REJECTED)
 def test_schema_rejects_empty_or_punctuation_only_talk(kind: str, argument: str) -> None:
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(_action(kind, argument), action_json_schema())
+        jsonschema.validate(_as_decoders_see_it(kind, argument), action_json_schema())
+
+
+def test_the_grammar_never_writes_an_escape_json_cannot_read(tiny: LocalBackend) -> None:
+    """A bare '.' in the pattern let SmolLM2 write don-backslash-quote-t; only JSON's escapes may follow a backslash."""
+    good = json.dumps(_action("speak", 'She said "no", then left\\n'), ensure_ascii=False)
+    assert _grammar_accepts(tiny, good)
+    assert not _grammar_accepts(tiny, r'{"action_type": "speak", "argument": "don\'t know"}')
 
 
 def test_schema_offers_exactly_the_allowed_actions() -> None:
