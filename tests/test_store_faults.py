@@ -27,6 +27,7 @@ from pathlib import Path
 
 import batch_worker
 import pytest
+from conftest import start_redis_server
 from typer.testing import CliRunner
 
 from episodes.export import import_jsonl
@@ -67,17 +68,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder), "--save", ""]
-        args += ["--appendonly", "yes", "--appendfsync", "always"]
-        self.proc = subprocess.Popen(["redis-server", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith(b"+PONG"):  # not -LOADING: the AOF is read
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
+        self.proc = start_redis_server(self.port, str(self.folder), "--appendonly", "yes", "--appendfsync", "always")
 
     def kill(self) -> None:
         assert self.proc is not None

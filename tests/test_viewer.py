@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import free_port
 from episode_fixtures import make_episode
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
@@ -379,7 +380,7 @@ def test_view_serves_on_loopback(monkeypatch, sqlite_url):
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
-    r = CliRunner().invoke(app, ["view", "--store", sqlite_url, "--port", str(_free_port())])
+    r = CliRunner().invoke(app, ["view", "--store", sqlite_url, "--port", str(free_port())])
     assert r.exit_code == 0, r.output
     assert seen["host"] == "127.0.0.1" and "serving" in r.output
     with TestClient(seen["app"]) as c:
@@ -394,12 +395,6 @@ def test_view_port_in_use(sqlite_url):
         busy.listen()
         r = CliRunner().invoke(app, ["view", "--store", sqlite_url, "--port", str(busy.getsockname()[1])])
     assert r.exit_code == 1 and "in use" in r.output
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _escaped(text: str) -> str:
