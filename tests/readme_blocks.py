@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
-def _strip_comment(line: str) -> str:
+def strip_comment(line: str) -> str:
     """A shell line without its trailing ``# comment`` (the README's commands quote no '#')."""
     return re.sub(r"\s+#.*$", "", line).strip()
 
@@ -22,7 +22,7 @@ def setup_commands(text: str | None = None) -> list[str]:
     """The shell commands of the README's first code block, comments removed."""
     text = text if text is not None else README.read_text()
     _, body = _FENCE.search(text).groups()
-    return [_strip_comment(line) for line in body.splitlines() if _strip_comment(line)]
+    return [strip_comment(line) for line in body.splitlines() if strip_comment(line)]
 
 
 def blocks(section: str, text: str | None = None) -> list[tuple[str, str]]:

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_port
 from loopback_openai import LoopbackOpenAI
-from readme_blocks import blocks
+from readme_blocks import blocks, strip_comment
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _loopback_server import respond  # noqa: E402  (valid actions and ratings for any of our schemas)
@@ -65,7 +65,7 @@ def shell_lines(section: str) -> list[str]:
     lines = []
     for lang, body in blocks(section):
         if lang in ("bash", "sh", "shell"):
-            lines += [re.sub(r"\s+#.*$", "", line).strip() for line in body.splitlines() if line.strip()]
+            lines += [strip_comment(line) for line in body.splitlines()]
     return [line for line in lines if line and not line.startswith("pip ")]
 
 
