@@ -15,8 +15,9 @@ class LLMAgent:
     The request carries the action schema, so backends that can constrain
     decoding do. Malformed output is retried ``max_retries`` times; after that
     the agent takes a ``none`` action carrying the error, which the env counts as
-    an agent error (never as stale talk). With ``settings.retry_repeats`` a reply
-    that repeats an earlier turn's argument word for word is retried too.
+    an agent error (never as stale talk). With ``settings.avoid_repeats`` the request
+    names the earlier turns' arguments (the local backend won't copy runs of their
+    tokens), and a reply that still repeats one word for word is retried too.
     """
 
     def __init__(
@@ -45,12 +46,12 @@ class LLMAgent:
             return AgentAction(action_type=ActionType.none)
         schema = action_json_schema(obs.available_actions) if self.constrained else None
         messages = render_prompt(obs)
-        said = {h.argument.strip() for h in obs.history} - {""} if self.settings.retry_repeats else set()
+        said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
         problems = []
         repeat: AgentAction | None = None
         for attempt in range(1 + self.max_retries):
             settings = self.settings if attempt == 0 else self.settings.for_retry()
-            request = settings.request(messages, schema, seed_offset=1000 * obs.turn + attempt)
+            request = settings.request(messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)))
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)
             if completion.error is not None:

@@ -29,9 +29,9 @@ def socialiqa(
     api_base: str = ApiBase,
 ) -> None:
     """Accuracy with a 95% interval, format-valid rate and mean reward; per-item results as JSONL."""
-    from sotopia_env.backends.base import ChatRequest
     from sotopia_env.backends.resolve import is_local_spec, resolve_backend
-    from training.rewards import build_prompt, evaluate_socialiqa, load_socialiqa
+    from training.rewards import evaluate_socialiqa, load_socialiqa
+    from training.rewards.socialiqa_eval import answer_socialiqa
 
     with user_errors(ValueError, OSError):
         items = load_socialiqa(data)[:limit]
@@ -39,22 +39,9 @@ def socialiqa(
             raise ValueError("--constrained needs a local model (regex-constrained decoding runs in-process)")
         backend = resolve_backend(model, api_base=api_base)
     regex = THINK_ANSWER_REGEX if constrained else None
-    requests = [
-        ChatRequest(build_prompt(item), regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)
-        for item in items
-    ]
-
-    async def run_all() -> list:
-        from episodes.progress import track
-
-        async def one(i: int, request: ChatRequest):
-            (completion,) = await backend.generate([request])
-            return i, completion
-
-        done = await track([one(i, r) for i, r in enumerate(requests)], description="socialiqa")
-        return [c for _, c in sorted(done, key=lambda pair: pair[0])]
-
-    completions = asyncio.run(run_all())
+    completions = asyncio.run(
+        answer_socialiqa(backend, items, regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)
+    )
     errors = [c.error for c in completions if c.error]
     if len(errors) == len(completions):
         raise fail(f"every generation failed: {errors[0]}")

@@ -28,7 +28,7 @@ DEFAULT_MODEL = "smollm2-135m"
 # Greedy, with a penalty on tokens the reply already used, and a sampled retry of a reply that repeats an
 # earlier turn: a small model's sampled words drift into nonsense or a walk-out, its greedy ones into loops
 # (benchmarks/episode_quality.py measures the default episode).
-CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "retry_repeats": True}
+CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
 SMALL_JUDGE_NOTE = (
     "[yellow]note:[/] the judge is the embedded {judge} model, too small to rate: its scores are not meaningful. "
     "For real ratings use a real judge: --evaluator gpt-4o-mini (with OPENAI_API_KEY), "

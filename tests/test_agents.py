@@ -133,12 +133,13 @@ def test_llm_agent_retries_a_verbatim_repeat_sampled_and_keeps_it_if_nothing_bet
     first, second = two_friends.agent_names
     obs, *_ = env.step({first: say("Hi there!"), second: {"action_type": "none", "argument": ""}})
     seen = Observation.from_env(obs[second])
-    greedy = GenerationSettings(temperature=0.0, retry_repeats=True)
+    greedy = GenerationSettings(temperature=0.0, avoid_repeats=True)
 
     agent = LLMAgent(ScriptedBackend([say("Hi there!"), say("Hello, you.")]), settings=greedy)
     action = asyncio.run(agent.act(seen))
     assert action.argument == "Hello, you." and agent.usage.calls == 2 and agent.usage.errors == 0
     assert [r.temperature for r in agent.backend.requests] == [0.0, greedy.retry_temperature]
+    assert agent.backend.requests[0].avoid_copying == ("Hi there!",)  # the local backend won't copy it
 
     stuck = LLMAgent(ScriptedBackend([say("Hi there!")], cycle=True), settings=greedy, max_retries=1)
     action = asyncio.run(stuck.act(seen))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from action_prompts import ASKS, action_prompt
 from sotopia_env.actions import ACTION_TYPES, action_json_schema, parse_action
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.local import LocalBackend, pick_dtype, read_model_ref
+from sotopia_env.backends.no_copy import NGRAM, NoCopy, ngram_table
 
 ENUM_SCHEMA = {
     "type": "object",
@@ -205,3 +207,45 @@ def test_embedded_model_emits_valid_actions_in_one_batch(embedded_model_path: st
         assert parse_action(out.text).action_type.value == data["action_type"]
         assert out.prompt_tokens > 50 and 0 < out.completion_tokens < 120
     assert backend.stats.json_truncated == 0
+    # asked again, each row may not copy its first reply's argument: still valid, and no 4-token run copied
+    said = [json.loads(out.text)["argument"] for out in outs]
+    again = [replace(r, avoid_copying=(text,)) for r, text in zip(requests, said, strict=True)]
+    for out, text in zip(asyncio.run(concurrently(backend, again)), said, strict=True):
+        assert out.ok and parse_action(out.text).action_type.value in ACTION_TYPES, out.text
+        assert shared_runs(backend.tokenizer, json.loads(out.text)["argument"], text) == set(), (out.text, text)
+
+
+def shared_runs(tokenizer, reply: str, earlier: str, n: int = NGRAM) -> set[tuple[int, ...]]:
+    """The n-token runs ``reply`` copies from ``earlier`` (tokenized as inside a JSON string, like no_copy does)."""
+
+    def runs(text: str) -> set[tuple[int, ...]]:
+        ids = tokenizer(json.dumps(text)[1:-1], add_special_tokens=False)["input_ids"]
+        return {tuple(ids[k : k + n]) for k in range(len(ids) - n + 1)}
+
+    return runs(reply) & runs(earlier)
+
+
+def test_avoid_copying_keeps_a_reply_from_copying_runs_of_an_earlier_text(tiny: LocalBackend) -> None:
+    (free,) = asyncio.run(tiny.generate([ask("Say something.", max_new_tokens=24)]))
+    (again,) = asyncio.run(tiny.generate([ask("Say something.", max_new_tokens=24)]))
+    assert again.text == free.text
+    (avoided,) = asyncio.run(tiny.generate([ask("Say something.", max_new_tokens=24, avoid_copying=(free.text,))]))
+    # a random model's tokens need not be the tokenizer's own split of their text, so only the change is
+    # checked here; the embedded-model test below checks that no run is copied
+    assert avoided.ok and avoided.text != free.text
+
+
+def test_no_copy_bans_the_next_token_of_a_copied_run_but_never_empties_a_row() -> None:
+    table = ngram_table([[5, 6, 7, 8]], n=3)
+    assert table == {(5, 6): {7}, (6, 7): {8}}
+    prompt = [1, 1]
+    ids = torch.tensor([prompt + [5, 6], prompt + [6, 5], prompt + [6, 7]])
+    scores = torch.zeros(3, 10)
+    scores[2] = float("-inf")
+    scores[2, 8] = 0.0  # the grammar allows only the banned token: it stays
+    out = NoCopy([table, table, table], prompt_len=2, n=3)(ids, scores.clone())
+    assert out[0, 7] == float("-inf") and torch.isfinite(out[0, :7]).all() and torch.isfinite(out[0, 8:]).all()
+    assert torch.isfinite(out[1]).all()
+    assert out[2, 8] == 0.0
+    early = NoCopy([table], prompt_len=3, n=3)(torch.tensor([prompt + [5, 6]]), torch.zeros(1, 10))
+    assert torch.isfinite(early).all()  # one reply token so far: no run of n - 1 to extend yet

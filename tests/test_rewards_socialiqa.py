@@ -355,6 +355,9 @@ def test_evaluate_socialiqa() -> None:
     assert report["format_valid_rate"] == 0.5
     assert report["answer_missing_rate"] == 0.25
     assert report["mean_reward"] == pytest.approx((3.0 + 1.0 - 1.0 - 4.0) / 4)
+    assert report["format_valid_ci95"] == wilson_interval(2, 4)
+    low, high = report["mean_reward_ci95"]  # mean -0.25, sd sqrt(26.75/3): half-width 1.96 * sd / 2
+    assert low == pytest.approx(-0.25 - 1.959964 * (26.75 / 3) ** 0.5 / 2) and high == pytest.approx(-0.25 * 2 - low)
     first, second, third, fourth = report["items"]
     assert first == {
         "index": 0,

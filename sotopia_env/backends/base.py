@@ -20,6 +20,8 @@ class ChatRequest:
     max_new_tokens: int = 256
     seed: int | None = None
     repetition_penalty: float = 1.0  # > 1 discourages tokens already generated in this reply (local backend only)
+    # Texts the reply must not copy a run of tokens from (local backend only; see backends/no_copy.py).
+    avoid_copying: tuple[str, ...] = ()
 
 
 @dataclass
@@ -68,9 +70,10 @@ class GenerationSettings:
     max_new_tokens: int = 200
     seed: int | None = None
     repetition_penalty: float = 1.0
-    # For agents (``LLMAgent``): a reply that repeats an earlier turn word for word is retried like a malformed
-    # one (kept if every retry repeats too); retries of greedy settings sample at ``retry_temperature``.
-    retry_repeats: bool = False
+    # For agents (``LLMAgent``): the local backend may not copy runs of tokens from earlier turns, and a reply
+    # that still repeats an earlier turn word for word is retried like a malformed one (kept if every retry
+    # repeats too); retries of greedy settings sample at ``retry_temperature``.
+    avoid_repeats: bool = False
     retry_temperature: float = 0.7
 
     def for_retry(self) -> GenerationSettings:
@@ -78,7 +81,11 @@ class GenerationSettings:
         return self if self.temperature > 0 else replace(self, temperature=self.retry_temperature)
 
     def request(
-        self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None, seed_offset: int = 0
+        self,
+        messages: list[dict[str, str]],
+        json_schema: dict[str, Any] | None = None,
+        seed_offset: int = 0,
+        avoid_copying: tuple[str, ...] = (),
     ) -> ChatRequest:
         """A request with these settings. ``seed_offset`` varies the seed per call (e.g. per turn), so a
         seeded run is reproducible without every call sampling the same noise."""
@@ -90,6 +97,7 @@ class GenerationSettings:
             max_new_tokens=self.max_new_tokens,
             seed=None if self.seed is None else self.seed + seed_offset,
             repetition_penalty=self.repetition_penalty,
+            avoid_copying=avoid_copying,
         )
 
 

@@ -10,7 +10,8 @@ temperature and top_p; and the same ``repetition_penalty``, which counts the rep
 ``max_new_tokens`` and the JSON schema may differ per row. Requests with a ``json_schema`` are constrained
 by an xgrammar matcher per row, so their output is JSON that follows the schema, unless ``max_new_tokens``
 ends it first: that text is returned as is (``meta["finish_reason"] ==
-"length"``) and counted in ``stats.json_truncated``.
+"length"``) and counted in ``stats.json_truncated``. A request's ``avoid_copying`` texts (an agent's earlier
+turns) are kept from being copied run by run (``no_copy.py``).
 
 Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its previous prompt's system
 message and conversation, so only the new part of each prompt is prefilled; ``prefix_cache_mb=0`` turns
@@ -45,6 +46,7 @@ from transformers import (
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.no_copy import NoCopy, banned_tables
 from sotopia_env.model_ref import read_model_ref
 from sotopia_env.prompt import prompt_text
 
@@ -248,6 +250,9 @@ class LocalBackend:
             processors.append(RepetitionPenaltyLogitsProcessor(requests[0].repetition_penalty, prompt_len))
         if any(g is not None for g in grammars):
             processors.append(_GrammarMask(grammars, limits, self._vocab_size))
+        if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
+            tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
+            processors.append(NoCopy(tables, prompt_len))
         stopping = StoppingCriteriaList([_RowLimits(limits, prompt_len)]) if len(set(limits)) > 1 else None
         seed = next((r.seed for r in requests if r.seed is not None), None)
         if seed is not None:

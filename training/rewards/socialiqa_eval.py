@@ -1,4 +1,4 @@
-"""Scoring a set of Social IQa completions: accuracy with a 95% Wilson interval."""
+"""Answering and scoring a set of Social IQa items: accuracy with a 95% Wilson interval."""
 
 from __future__ import annotations
 
@@ -17,6 +17,39 @@ from training.rewards.socialiqa import (
 from training.rewards.think_format import answer_block, check_format, parse_choice
 
 Z_95 = 1.959963984540054
+
+
+async def answer_socialiqa(
+    backend: Any,
+    items: Sequence[SocialIQaItem],
+    *,
+    regex: str | None = None,
+    temperature: float = 0.0,
+    max_new_tokens: int = 256,
+    description: str = "socialiqa",
+) -> list[Any]:
+    """One completion per item (in order) from ``backend``, asked concurrently with a progress bar."""
+    from episodes.progress import track
+    from sotopia_env.backends.base import ChatRequest
+    from training.rewards.socialiqa import build_prompt
+
+    async def one(i: int, item: SocialIQaItem):
+        request = ChatRequest(build_prompt(item), regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)
+        (completion,) = await backend.generate([request])
+        return i, completion
+
+    done = await track([one(i, item) for i, item in enumerate(items)], description=description)
+    return [c for _, c in sorted(done, key=lambda pair: pair[0])]
+
+
+def mean_interval(values: Sequence[float], z: float = Z_95) -> tuple[float, float]:
+    """Normal-approximation 95% interval of a mean (the standard error from the sample's deviation)."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"need at least 2 values for an interval, got {n}")
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return (mean - z * sd / math.sqrt(n), mean + z * sd / math.sqrt(n))
 
 
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -67,7 +100,9 @@ def evaluate_socialiqa(
         "accuracy": correct / n,
         "accuracy_ci95": wilson_interval(correct, n),
         "format_valid_rate": sum(r["format_valid"] for r in results) / n,
+        "format_valid_ci95": wilson_interval(sum(r["format_valid"] for r in results), n),
         "answer_missing_rate": sum(r["prediction"] is None for r in results) / n,
         "mean_reward": sum(r["reward"] for r in results) / n,
+        "mean_reward_ci95": mean_interval([r["reward"] for r in results]) if n > 1 else (math.nan, math.nan),
         "items": results,
     }
