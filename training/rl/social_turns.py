@@ -2,7 +2,9 @@
 
 Prompts: every turn of every seat of the rated episodes in ``data`` (our episodes JSONL, as ``episodes export``
 writes it) on ``train``-split scenarios, rendered by ``sotopia_env.prompt.render_prompt`` exactly as the agent
-saw it (``training.dataset`` replays the episodes). Episodes of other splits are left out.
+saw it (``training.dataset`` replays the episodes). Episodes of other splits are left out. Verifiable episodes
+(``sotopia_env.verifiable``) count too: the learner's seat gives prompts, the ``rule-partner``'s seat does not
+(a rule partner's lines are not a policy's).
 
 Rewards:
 
@@ -23,9 +25,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from agents.loading import RULE_PARTNER
 from sotopia_env.actions import InvalidAction, parse_action
 from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluation import run_to_completion
+from training.dataset import Sample
 from training.rewards._text import completion_text
 from training.rl.tasks import RLTask, TaskError, register_task
 
@@ -102,6 +106,11 @@ class UtteranceJudge:
         return [self.cache.get(k) if k is not None else None for k in keys]
 
 
+def no_rule_partner(samples: list[Sample]) -> list[Sample]:
+    """Drop the seats a ``rule-partner`` played."""
+    return [s for s in samples if s.model != RULE_PARTNER]
+
+
 def turn_dataset(data: str, max_items: int | None):
     """The per-turn prompts of the rated train-split episodes in ``data``."""
     from episodes.export import import_jsonl
@@ -112,7 +121,7 @@ def turn_dataset(data: str, max_items: int | None):
     except (ValueError, OSError) as exc:
         raise TaskError(str(exc)) from None
     logs = [log for log in logs if log.setup.scenario.split == "train"]
-    dataset, _ = build_dataset(logs)
+    dataset, _ = build_dataset(logs, sample_filters=[no_rule_partner])
     if len(dataset) == 0:
         raise TaskError(f"{data}: no turns of rated episodes on train-split scenarios")
     dataset = dataset.select_columns(["prompt", "episode_id", "scenario_id", "agent", "turn"])
