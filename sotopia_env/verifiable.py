@@ -306,6 +306,14 @@ def next_move(facts: Any, exchanges: Iterable[Exchange]) -> Move:
     return step(facts, *_replay(facts, exchanges))
 
 
+def outcome_after(facts: Any, exchanges: Iterable[Exchange], action: AgentAction) -> Outcome:
+    """The outcome if the learner played ``action`` after ``exchanges``, the partner answered, and the episode
+    ended there: a one-step, exact score of a move (``training.rl.social_turns``' ``verifiable_turn`` reward)."""
+    answer = (True, AgentAction(action_type=ActionType.none))
+    talk = replay(facts, [*exchanges, (False, action), answer])
+    return rules_for(facts).outcome(facts, talk)
+
+
 # -- the judge ---------------------------------------------------------------------------------------
 
 

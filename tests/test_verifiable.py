@@ -159,6 +159,19 @@ def test_persuasion_partner(library):
     assert _goal(log) == (0, False)
 
 
+def test_gymnasium_env_with_the_rule_partner(library):
+    from sotopia_env.single_agent import SingleAgentSocialEnv
+
+    env = SingleAgentSocialEnv(partner=RulePartner(), setup=_setup(library, BIKE), evaluator=VerifiableJudge())
+    env.reset(seed=0)
+    text, reward, *_ = env.step('{"action_type": "speak", "argument": "Would you take $280?"}')
+    assert "How about $" in text or "$" in text.splitlines()[-3]
+    _, reward, terminated, _, info = env.step('{"action_type": "speak", "argument": "Fine, $360."}')
+    assert not terminated and reward == 0.0  # the partner accepted; the episode ends when someone leaves
+    _, reward, terminated, _, info = env.step('{"action_type": "leave", "argument": "Thanks!"}')
+    assert terminated and reward == 5.0 and info["evaluation"]["success"] is True
+
+
 # -- the judge -------------------------------------------------------------------------------------
 
 
@@ -240,7 +253,8 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     from episodes.export import export_jsonl
     from episodes.store import open_store
     from sotopia_cli.main import app
-    from training.rl.social_turns import turn_dataset
+    from training.rl import build_task
+    from training.rl.social_turns import turn_dataset, verifiable_turn
 
     monkeypatch.chdir(tmp_path)
     store = f"sqlite:///{tmp_path / 'e.db'}"
@@ -271,3 +285,13 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     assert len(data) == sum(1 for log in logs for t in log.turns if t.agent == log.setup.agent_names[0])
     first = data[0]["prompt"]
     assert "Your goal: Buy" in first[0]["content"] + first[-1]["content"]
+
+    # the exact one-step reward: the first move of a bike episode (reservation $320, budget $400)
+    row = next(r for r in data if r["turn"] == 0 and r["scenario_id"] == BIKE)
+    moves = [AgentAction(action_type="speak", argument=text).to_json() for text in ("$320?", "I can pay $330", "250")]
+    completions = [[{"role": "assistant", "content": m}] for m in [*moves, "no action here"]]
+    scores = verifiable_turn([row["prompt"]] * 4, completions, verifiable_state=[row["verifiable_state"]] * 4)
+    assert scores == [10.0, 9.0, 0.0, None]
+    assert verifiable_turn([row["prompt"]], completions[:1], verifiable_state=[""]) == [None]  # not verifiable
+    task = build_task("social_turns", str(path), options={"judge": "none"})
+    assert [getattr(f, "__name__", "") for f in task.rewards] == ["action_valid", "verifiable_turn"]
