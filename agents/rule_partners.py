@@ -43,7 +43,7 @@ class KindPartner:
         if not lines:
             kind = ActionType.leave if move.act in _LEAVING else ActionType.none
             return AgentAction(action_type=kind)
-        line = lines[(self.variety + turn) % len(lines)].format(**self.fields(move))
+        line = lines[(self.variety + turn // 2) % len(lines)].format(**self.fields(move))
         line = line[0].upper() + line[1:]
         return AgentAction(action_type=ActionType.leave if move.act in _LEAVING else ActionType.speak, argument=line)
 

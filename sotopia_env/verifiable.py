@@ -35,8 +35,11 @@ Scores (``VerifiableJudge``, the goal dimension, 0..10, rounded half up):
 - persuasion: 10 for both on agreement (success), else 0.
 
 No agreement scores 0: a rated outcome, not an error. A scenario without hidden facts cannot be judged
-(``NotVerifiable``). To add a kind: a facts model in ``profiles.VerifiableFacts``, a ``Rules`` class
-registered in ``RULES``, and a partner class in ``agents.rule_partners.PARTNERS``.
+(``NotVerifiable``). The judge reads the learner's moves and when seat 2 answered, not seat 2's words: it
+assumes seat 2 followed the rules, as the rule partner does (with another partner, use an LLM evaluator).
+
+To add a kind: a facts model in ``profiles.VerifiableFacts``, a ``Rules`` class registered in ``RULES``, and a
+partner class in ``agents.rule_partners.PARTNERS``.
 """
 
 from __future__ import annotations
@@ -96,8 +99,7 @@ def require_verifiable(scenarios: Iterable[Scenario], who: str) -> None:
 class Move:
     """What the partner does on one turn: ``act`` names it, ``value`` is a price or slot where there is one."""
 
-    act: str  # open, none, accept, counter, ask_price, decline, propose, ask_one, no_more, doubt, reassured, leave,
-    # goodbye
+    act: str  # open none accept counter ask_price ask_one decline propose no_more doubt reassured leave goodbye
     value: str | int | float | None = None
     round: int = 0  # the rounds used so far, this move's included
 

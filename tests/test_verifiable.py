@@ -295,3 +295,16 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     assert verifiable_turn([row["prompt"]], completions[:1], verifiable_state=[""]) == [None]  # not verifiable
     task = build_task("social_turns", str(path), options={"judge": "none"})
     assert [getattr(f, "__name__", "") for f in task.rewards] == ["action_valid", "verifiable_turn"]
+
+
+def test_readme_example_scenario_plays_and_is_judged(tmp_path, library):
+    from readme_blocks import blocks
+
+    from sotopia_env.library import load_library
+
+    (yaml_text,) = [body for lang, body in blocks("Verifiable scenarios") if lang == "yaml"]
+    (tmp_path / "mine.yaml").write_text(yaml_text)
+    lib = load_library([tmp_path])
+    assert [s.id for s in lib.select("verifiable") if s.id == "my-bargain"] == ["my-bargain"]
+    log = _play(_setup(lib, "my-bargain"), ["Would you take 50?", "$55 then."])
+    assert _goal(log) == (10, True)  # (80 - 55) / (80 - 55)
