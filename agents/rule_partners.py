@@ -67,7 +67,7 @@ class BargainingPartner(KindPartner):
         ),
         "ask_price": (
             "So what would you offer for {item}? I'm at {price} right now.",
-            "I didn't hear a price in there. What are you willing to pay? I'm asking {price}.",
+            "What are you willing to pay? I'm asking {price}.",
             "Make me an offer. I'm at {price} at the moment.",
         ),
         "ask_one": (
