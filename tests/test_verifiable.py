@@ -309,3 +309,29 @@ def test_readme_example_scenario_plays_and_is_judged(tmp_path, library):
     assert [s.id for s in lib.select("verifiable") if s.id == "my-bargain"] == ["my-bargain"]
     log = _play(_setup(lib, "my-bargain"), ["Would you take 50?", "$55 then."])
     assert _goal(log) == (10, True)  # (80 - 55) / (80 - 55)
+
+
+def test_bad_hidden_facts_are_one_line_errors(tmp_path):
+    from sotopia_env.library import LibraryError, load_library
+
+    entry = """scenarios:
+  - id: my-bargain
+    codename: my_bargain
+    scenario: Two strangers meet at a flea market; a lamp is for sale.
+    goals: ["Buy the lamp.", "Sell the lamp."]
+    relationship: stranger
+    verifiable: {FACTS}
+"""
+    cases = {
+        "{kind: bargaining, item: the lamp, asking_price: 90, budget: 50, reservation: 55}": "below budget 50",
+        "{kind: haggling}": "does not match any of the expected tags",
+        "{kind: scheduling, event: x, slots: [Monday, Monday morning], agent_slots: [Monday], "
+        "partner_slots: [Monday]}": "must not contain each other",
+        "{kind: scheduling, event: x, slots: [Mon, Tue], agent_slots: [Mon], partner_slots: [Tue]}": "share no slot",
+    }
+    for facts, message in cases.items():
+        (tmp_path / "x.yaml").write_text(entry.replace("{FACTS}", facts))
+        with pytest.raises(LibraryError, match=message) as info:
+            load_library([tmp_path / "x.yaml"])
+        assert "x.yaml: scenarios entry 0 (id 'my-bargain'), field 'verifiable" in str(info.value)
+        assert "\n" not in str(info.value)
