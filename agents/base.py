@@ -6,6 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.backends.base import Usage
+from sotopia_env.episode_setup import EpisodeSetup, reset_for_episode
 from sotopia_env.observation import Observation
 
 
@@ -16,10 +17,9 @@ class Agent(Protocol):
     async def act(self, observation: Observation) -> AgentAction: ...
 
 
-def reset_agent(agent: object) -> None:
-    reset = getattr(agent, "reset", None)
-    if callable(reset):
-        reset()
+def reset_agent(agent: object, setup: EpisodeSetup | None = None, seat: int | None = None) -> None:
+    """Call the agent's optional ``reset``; one that takes ``setup`` and ``seat`` (a rule partner) gets them."""
+    reset_for_episode(agent, setup, seat)
 
 
 __all__ = ["Agent", "Usage", "reset_agent"]

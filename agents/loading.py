@@ -1,4 +1,4 @@
-"""Build an agent from a spec: a model, an alias, ``human`` or ``module:Class``.
+"""Build an agent from a spec: a model, an alias, ``human``, ``rule-partner`` or ``module:Class``.
 
 ``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
 folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages.
@@ -18,6 +18,7 @@ from agents.base import Agent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.errors import UserError
 
+RULE_PARTNER = "rule-partner"
 _CUSTOM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -81,6 +82,10 @@ def load_agent(
         from agents.human import HumanAgent
 
         return HumanAgent()
+    if spec == RULE_PARTNER:
+        from agents.rule_partners import RulePartner
+
+        return RulePartner()
     if is_custom_spec(spec):
         return load_custom_agent(spec)
     from agents.llm import LLMAgent

@@ -33,10 +33,13 @@ def self_play_jobs(scenarios: Sequence[Scenario], library: Library, spec: str, n
 def versus_jobs(
     scenarios: Sequence[Scenario], library: Library, model: str, partner: str, n: int, seed: int = 0
 ) -> list[Job]:
-    """Each sampled two-seat setup twice: ``model`` in seat 1, then in seat 2 (once if model == partner)."""
+    """Each sampled two-seat setup twice: ``model`` in seat 1, then in seat 2 (once if model == partner).
+
+    A verifiable scenario once: ``model`` in seat 1, the learner's seat (seat 2 is the rule partner's)."""
     jobs: dict[str, Job] = {}
     for setup in sample_setups(scenarios, library, n, seed=seed):
-        for specs in ([model, partner], [partner, model]):
+        orders = [[model, partner]] if setup.scenario.verifiable else [[model, partner], [partner, model]]
+        for specs in orders:
             job = Job(setup, specs)
             jobs.setdefault(job.key, job)
     return list(jobs.values())

@@ -138,8 +138,8 @@ async def play(
     Stores nothing; raises what breaks. ``run_episode`` calls it without an evaluator and rates next."""
     started = time.perf_counter()
     env = SocialEnv(setup=setup, config=config)  # no evaluator: rating is step 2, off the env's sync path
-    for agent in agents:
-        reset_agent(agent)
+    for seat, agent in enumerate(agents):
+        reset_agent(agent, setup, seat)
     by_name = dict(zip(setup.agent_names, agents, strict=True))
     obs, infos = env.reset(seed=seed)
     while env.agents:

@@ -213,7 +213,8 @@ def _constraints(d: Mapping[str, Any], seats: int, what: str) -> list[AgentConst
 
 def scenario_from_sotopia(d: Mapping[str, Any], split: str = "train") -> Scenario:
     """An EnvironmentProfile dict as a Scenario; ``id`` comes from ``pk``, ``tags`` from ``tag`` (comma-separated).
-    ``agent_constraint`` (specific agent pks per seat) has no counterpart and is dropped."""
+    ``agent_constraint`` (specific agent pks per seat) has no counterpart and is dropped. ``verifiable`` (ours, not
+    SOTOPIA's) carries a verifiable scenario's hidden facts."""
     what = f"environment profile {d.get('pk') or d.get('codename')!r}"
     goals = list(d.get("agent_goals") or [])
     tag = str(d.get("tag") or "")
@@ -228,6 +229,7 @@ def scenario_from_sotopia(d: Mapping[str, Any], split: str = "train") -> Scenari
             source=str(d.get("source") or "sotopia"),
             tags=[t.strip() for t in tag.split(",") if t.strip()],
             split=split,  # type: ignore[arg-type]
+            verifiable=d.get("verifiable"),
         )
     except ValidationError as exc:
         raise _validation_error(what, exc) from None
@@ -249,7 +251,7 @@ def scenario_to_sotopia(s: Scenario) -> dict[str, Any]:
         "occupation_constraint": jobs,
         "agent_constraint": None,
         "tag": ",".join(s.tags),
-    }
+    } | ({"verifiable": s.verifiable.model_dump()} if s.verifiable is not None else {})
 
 
 # -- relationships ------------------------------------------------------------------------------------

@@ -25,9 +25,15 @@ from sotopia_cli.options import (
 
 def benchmark(
     model: str = typer.Option("smollm2-135m", "--model", help="The model under test (plays both seats)."),
-    partner: str = typer.Option("smollm2-135m", "--partner", help="The fixed partner."),
-    evaluator: str = typer.Option("smollm2-135m", "--evaluator", help="The judge's model spec."),
-    scenarios: str = typer.Option("test", "--scenarios", help="all, hard, test, dev, train, a tag, or comma ids."),
+    partner: str = typer.Option(
+        "smollm2-135m", "--partner", help="The fixed partner: a model spec, or 'rule-partner' (verifiable scenarios)."
+    ),
+    evaluator: str = typer.Option(
+        "smollm2-135m", "--evaluator", help="The judge's model spec, or 'verifiable' (exact, verifiable scenarios)."
+    ),
+    scenarios: str = typer.Option(
+        "test", "--scenarios", help="all, hard, test, dev, train, a tag, TAG:SPLIT (verifiable:test), or comma ids."
+    ),
     episodes_per_scenario: int = typer.Option(
         1, "--episodes-per-scenario", min=1, help="Character pairings per scenario (each in both seats)."
     ),
@@ -45,7 +51,10 @@ def benchmark(
     png: Path = typer.Option(None, "--png", help="Also draw the report as a PNG chart."),
     agents_path: list[Path] = AgentsPath,
 ) -> None:
-    """Run MODEL against PARTNER on every chosen scenario, in both seats; resumable under its tag."""
+    """Run MODEL against PARTNER on every chosen scenario, in both seats (verifiable scenarios: MODEL in seat 1
+    only); resumable under its tag."""
+    from agents.loading import AgentSpecError
+    from agents.rule_partners import check_rule_specs
     from episodes.jobs import versus_jobs
     from episodes.report import build_report, plot_report, print_report
     from episodes.runner import default_agent_factory, run_batch
@@ -59,8 +68,10 @@ def benchmark(
 
     st = open_store_or_fail(store, writable=True)
     lib = library(scenarios_dir)
-    with user_errors(LibraryError, NoEligibleCharacters, ValueError):
-        jobs = versus_jobs(lib.select(scenarios), lib, model, partner, episodes_per_scenario, seed)
+    with user_errors(LibraryError, NoEligibleCharacters, AgentSpecError, ValueError):
+        chosen = lib.select(scenarios)
+        check_rule_specs(chosen, ["", partner], evaluator)
+        jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
         judge = make_evaluator(evaluator, dimensions, api_base)
     tag = tag or f"benchmark-{model}-vs-{partner}"
     factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base)

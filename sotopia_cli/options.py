@@ -22,7 +22,10 @@ StoreRetry = typer.Option(
 )
 ApiBase = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
 Evaluator = typer.Option(
-    "smollm2-135m", "--evaluator", help="The judge: a model spec, 'rule-based' (offline), or 'none' to skip rating."
+    "smollm2-135m",
+    "--evaluator",
+    help="The judge: a model spec, 'rule-based' (offline), 'verifiable' (exact goal on verifiable scenarios), "
+    "or 'none' to skip rating.",
 )
 
 

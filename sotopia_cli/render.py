@@ -14,4 +14,6 @@ def ratings_table(log) -> Table:
     for dim in dims:
         table.add_row(dim, *(str(ratings[n].scores[dim].score) for n in names))
     table.add_row("[bold]overall[/]", *(f"{ratings[n].overall:.2f}" for n in names))
+    if any(ratings[n].success is not None for n in names):  # judges that check an outcome (verifiable)
+        table.add_row("success", *("-" if ratings[n].success is None else str(ratings[n].success) for n in names))
     return table

@@ -39,7 +39,11 @@ SMALL_JUDGE_NOTE = (
 def run(
     scenario: str = typer.Option(None, "--scenario", help="Scenario id (default: sampled with --seed)."),
     agent1: str = typer.Option(DEFAULT_MODEL, "--agent1", help="Model spec, alias, 'human' or module:Class."),
-    agent2: str = typer.Option(DEFAULT_MODEL, "--agent2", help="Model spec, alias, 'human' or module:Class."),
+    agent2: str = typer.Option(
+        DEFAULT_MODEL,
+        "--agent2",
+        help="Model spec, alias, 'human', 'rule-partner' (verifiable scenarios) or module:Class.",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling, the env and generation."),
     max_turns: int = typer.Option(20, "--max-turns", min=1, help="Truncate after this many turns."),
     evaluator: str = Evaluator,
@@ -55,6 +59,7 @@ def run(
     """Run one episode and print the transcript as it happens. With no model arguments both agents
     (and the judge) use the embedded SmolLM2-135M: no API key, no server."""
     from agents.loading import AgentSpecError, load_agent
+    from agents.rule_partners import check_rule_specs
     from episodes.runner import Job, run_episode
     from episodes.store import StoreError
     from episodes.store_writer import StoreWriter
@@ -69,6 +74,7 @@ def run(
     lib = library(scenarios_dir)
     with user_errors(ValueError, NoEligibleCharacters):
         setup = sample_setup(lib, seed=seed, scenario=scenario)
+        check_rule_specs([setup.scenario], [agent1, agent2], evaluator)
     console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
     console.print(setup.scenario.scenario, highlight=False)
     for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):

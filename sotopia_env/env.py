@@ -17,7 +17,8 @@ Returns of ``step``, all dicts keyed by agent name:
 - truncations: True for everyone when ``max_turns`` is reached (``max_turns``).
 - infos: ``acting`` (whether it was the agent's turn), ``agent_errors`` (the
   agent's count), ``last_error``; on the last step also ``termination_reason``
-  and ``evaluation`` (the agent's scores with reasoning, or ``{"error": ...}``).
+  and ``evaluation`` (the agent's scores with reasoning, plus ``success`` from judges that check an outcome,
+  or ``{"error": ...}``).
 
 Between steps, ``acting`` lists the agents whose turn it is (empty before
 ``reset`` and once the episode is over) and ``observe(agent)`` returns one
@@ -241,7 +242,8 @@ class SocialEnv(ParallelEnv):
         if self.rating.ratings is None:
             return {"error": self.rating.error}
         rating = self.rating.ratings[agent]
-        return {"overall": rating.overall, **{k: v.model_dump() for k, v in rating.scores.items()}}
+        success = {} if rating.success is None else {"success": rating.success}
+        return {"overall": rating.overall, **success, **{k: v.model_dump() for k, v in rating.scores.items()}}
 
     def render(self) -> str:
         from sotopia_env.transcript import render_transcript

@@ -6,6 +6,8 @@ training data all take one.
 
 from __future__ import annotations
 
+import inspect
+
 from pydantic import BaseModel
 
 from sotopia_env.profiles import Character, RelationshipProfile, Scenario
@@ -37,3 +39,16 @@ class EpisodeSetup(BaseModel):
         for seat, (c, con) in enumerate(zip(self.characters, s.constraints or [], strict=False)):
             if not con.admits(c):
                 raise ValueError(f"scenario {s.id!r}: character {c.id!r} does not fit seat {seat}'s constraints")
+
+
+def reset_for_episode(agent: object, setup: EpisodeSetup | None, seat: int | None) -> None:
+    """Call ``agent.reset`` if it has one: with ``setup=`` and ``seat=`` where it takes them (the rule partner reads
+    the scenario's hidden facts there), else with no arguments."""
+    reset = getattr(agent, "reset", None)
+    if not callable(reset):
+        return
+    params = inspect.signature(reset).parameters
+    if "setup" in params and "seat" in params:
+        reset(setup=setup, seat=seat)
+    else:
+        reset()

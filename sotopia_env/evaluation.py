@@ -95,6 +95,7 @@ class DimensionScore(BaseModel):
 
 class AgentRating(BaseModel):
     scores: dict[str, DimensionScore]
+    success: bool | None = None  # set by judges that check an outcome (the verifiable judge), else None
 
     @property
     def overall(self) -> float:

@@ -2,6 +2,8 @@
 
 - ``none``: no evaluator (episodes are stored unrated by choice);
 - ``rule-based``: the offline, deterministic ``RuleBasedEvaluator`` (for smoke runs and tests);
+- ``verifiable``: the rule judge of verifiable scenarios (``sotopia_env.verifiable.VerifiableJudge``): the goal
+  dimension, exact, from the transcript (other dimensions are not rated);
 - anything else: a model spec (as ``--agent1`` takes) for an ``LLMEvaluator`` on the shared backend.
 
 An embedded model (``smollm2-135m``) judges with reasonings of at most ``EMBEDDED_REASONING`` characters: its
@@ -15,6 +17,7 @@ from sotopia_env.evaluation import Evaluator
 
 NO_EVALUATOR = "none"
 RULE_BASED = "rule-based"
+VERIFIABLE = "verifiable"
 EMBEDDED_REASONING = 60
 
 
@@ -29,6 +32,10 @@ def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None 
         from sotopia_env.evaluation import RuleBasedEvaluator
 
         return RuleBasedEvaluator(chosen)
+    if spec.strip().lower() == VERIFIABLE:
+        from sotopia_env.verifiable import VerifiableJudge
+
+        return VerifiableJudge(chosen)
     from sotopia_env.backends.resolve import resolve_backend
     from sotopia_env.embedded_models import EMBEDDED_MODELS
     from sotopia_env.llm_evaluator import LLMEvaluator

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sotopia_env.errors import UserError
-from sotopia_env.profiles import Character, RelationshipProfile, Scenario
+from sotopia_env.profiles import VERIFIABLE_TAG, Character, RelationshipProfile, Scenario
 from sotopia_env.validation import field_problem
 
 SECTIONS: dict[str, type[BaseModel]] = {
@@ -119,16 +119,22 @@ class Library:
         return None
 
     def select(self, which: str | Iterable[str]) -> list[Scenario]:
-        """Scenarios by selector: ``all``, ``hard``, a split name, a tag, or ids."""
+        """Scenarios by selector: ``all``, ``hard``, a split name, a tag, ``PART:PART`` (all of them, e.g.
+        ``verifiable:test`` or ``bargaining:train``), or ids.
+
+        The verifiable family (tag ``verifiable``, meant for a rule partner in seat 2) is opt-in: a selector
+        leaves it out unless it names ``verifiable`` or matches nothing else (``bargaining``); ids always select.
+        """
         if isinstance(which, str):
-            if which == "all":
-                return list(self.scenarios.values())
-            if which in ("train", "dev", "test"):
-                return [s for s in self.scenarios.values() if s.split == which]
-            if "," not in which and which not in self.scenarios:
-                tagged = [s for s in self.scenarios.values() if which in s.tags]
-                if tagged:
-                    return tagged
+            parts = which.split(":")
+            if "," not in which and which not in self.scenarios and all(p.strip() for p in parts):
+                hits = [s for s in self.scenarios.values() if all(_matches(s, p) for p in parts)]
+                plain = [s for s in hits if VERIFIABLE_TAG not in s.tags]
+                chosen = hits if VERIFIABLE_TAG in parts else plain or hits
+                if chosen or which in ("all", "train", "dev", "test"):
+                    return chosen
+                if len(parts) > 1:
+                    raise LibraryError(f"no scenario matches every part of {which!r}")
             which = [w for w in which.split(",") if w.strip()]
         out = []
         for sid in which:
@@ -137,6 +143,14 @@ class Library:
                 raise LibraryError(f"unknown scenario id {sid!r}")
             out.append(self.scenarios[sid])
         return out
+
+
+def _matches(scenario: Scenario, part: str) -> bool:
+    if part == "all":
+        return True
+    if part in ("train", "dev", "test"):
+        return scenario.split == part
+    return part in scenario.tags
 
 
 def builtin_dir() -> Path:

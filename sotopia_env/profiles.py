@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from enum import IntEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -99,6 +99,76 @@ class AgentConstraint(_Strict):
 
 
 Split = Literal["train", "dev", "test"]
+VERIFIABLE_TAG = "verifiable"
+
+
+class BargainingFacts(_Strict):
+    """A sale: the learner (seat 1) buys ``item`` from the rule partner (seat 2), who hides ``reservation``.
+
+    The learner's goal states its ``budget``; the scenario text may state the ``asking_price``. The partner
+    accepts the first offer of at least ``reservation`` and leaves after ``max_rounds`` offers without a deal.
+    """
+
+    kind: Literal["bargaining"] = "bargaining"
+    item: str = Field(min_length=1)  # as the partner says it: "the bike"
+    asking_price: int = Field(gt=0)
+    budget: int = Field(gt=0)
+    reservation: int = Field(gt=0)  # hidden: the lowest price the partner accepts
+    max_rounds: int = Field(default=4, ge=1)
+    currency: str = "$"
+
+    @model_validator(mode="after")
+    def _prices(self) -> BargainingFacts:
+        if not self.reservation < self.budget:
+            raise ValueError(f"reservation {self.reservation} must be below budget {self.budget}")
+        if not self.reservation < self.asking_price:
+            raise ValueError(f"reservation {self.reservation} must be below asking_price {self.asking_price}")
+        return self
+
+
+class SchedulingFacts(_Strict):
+    """A meeting time: ``slots`` are the times the talk may name (the scenario text lists them).
+
+    The learner's goal states its own ``agent_slots``; the partner hides ``partner_slots`` (in the order it
+    offers them) and agrees to a proposed slot it can do. At least one slot must suit both.
+    """
+
+    kind: Literal["scheduling"] = "scheduling"
+    event: str = Field(min_length=1)  # "the team lunch"
+    slots: list[str] = Field(min_length=2)
+    agent_slots: list[str] = Field(min_length=1)
+    partner_slots: list[str] = Field(min_length=1)  # hidden
+    max_rounds: int = Field(default=5, ge=1)
+
+    @model_validator(mode="after")
+    def _slots(self) -> SchedulingFacts:
+        known = {s.lower() for s in self.slots}
+        if len(known) != len(self.slots):
+            raise ValueError("slots must be distinct")
+        for a in known:
+            if any(a != b and re.search(rf"\b{re.escape(a)}\b", b) for b in known):
+                raise ValueError(f"slot {a!r} is part of another slot's name; slots must not contain each other")
+        for name in ("agent_slots", "partner_slots"):
+            unknown = [s for s in getattr(self, name) if s.lower() not in known]
+            if unknown:
+                raise ValueError(f"{name}: {unknown[0]!r} is not one of slots")
+        if not {s.lower() for s in self.agent_slots} & {s.lower() for s in self.partner_slots}:
+            raise ValueError("agent_slots and partner_slots share no slot")
+        return self
+
+
+class PersuasionFacts(_Strict):
+    """A request: the partner agrees to ``request`` only once the learner's speech has addressed its hidden
+    ``concern`` (any of these words, matched at the start of a word) and the learner then asks."""
+
+    kind: Literal["persuasion"] = "persuasion"
+    request: str = Field(min_length=1)  # as the partner says it: "lend you my car"
+    concern: list[str] = Field(min_length=1)  # hidden
+    doubts: list[str] = Field(default_factory=list)  # what the partner says while the concern is open
+    max_rounds: int = Field(default=5, ge=1)
+
+
+VerifiableFacts = Annotated[BargainingFacts | SchedulingFacts | PersuasionFacts, Field(discriminator="kind")]
 
 _HINT_TAGS = ("extra_info", "strategy_hint")
 
@@ -119,6 +189,7 @@ class Scenario(_Strict):
     source: str = "sotopia-env"
     tags: list[str] = Field(default_factory=list)
     split: Split = "train"
+    verifiable: VerifiableFacts | None = None  # hidden facts of a verifiable scenario (seat 1 learns, seat 2 rules)
 
     @field_validator("relationship", mode="before")
     @classmethod
@@ -140,6 +211,8 @@ class Scenario(_Strict):
     def _constraints_per_seat(self) -> Scenario:
         if self.constraints is not None and len(self.constraints) != len(self.goals):
             raise ValueError(f"constraints has {len(self.constraints)} entries but there are {len(self.goals)} goals")
+        if self.verifiable is not None and len(self.goals) != 2:
+            raise ValueError("a verifiable scenario has exactly two seats (the learner, then the rule partner)")
         return self
 
     @property

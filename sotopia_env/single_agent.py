@@ -56,7 +56,7 @@ import gymnasium as gym
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
-from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episode_setup import EpisodeSetup, reset_for_episode
 from sotopia_env.evaluation import Evaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import prompt_text, render_prompt
@@ -134,8 +134,7 @@ class SingleAgentSocialEnv(gym.Env):
         obs, infos = self.env.reset(seed=seed, options=options)
         if len(self.env.possible_agents) != 2:
             raise ValueError("SingleAgentSocialEnv needs a two-agent scenario")
-        if hasattr(self.partner, "reset"):
-            self.partner.reset()
+        reset_for_episode(self.partner, self.env.setup, 1 - self.learner_seat)
         obs, _, _, _, infos = self._advance_partner(obs, infos)
         text, messages = self._observe(obs)
         return text, {"turn": self.env.turn, "messages": messages}

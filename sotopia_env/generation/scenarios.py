@@ -112,7 +112,7 @@ def scenario_messages(seed: Seed, examples: list[Scenario]) -> list[dict[str, st
 
 def example_pool(library: Library) -> list[Scenario]:
     """Few-shot candidates: built-in train-split scenarios (never test), in a stable order."""
-    pool = [s for s in library.scenarios.values() if s.split == "train" and GENERATED_TAG not in s.tags]
+    pool = [s for s in library.select("train") if GENERATED_TAG not in s.tags]  # never the verifiable family
     return sorted(pool, key=lambda s: s.id) or sorted(library.scenarios.values(), key=lambda s: s.id)
 
 

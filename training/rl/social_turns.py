@@ -2,32 +2,46 @@
 
 Prompts: every turn of every seat of the rated episodes in ``data`` (our episodes JSONL, as ``episodes export``
 writes it) on ``train``-split scenarios, rendered by ``sotopia_env.prompt.render_prompt`` exactly as the agent
-saw it (``training.dataset`` replays the episodes). Episodes of other splits are left out.
+saw it (``training.dataset`` replays the episodes). Episodes of other splits are left out. Verifiable episodes
+(``sotopia_env.verifiable``) count too: the learner's seat gives prompts, the ``rule-partner``'s seat does not
+(a rule partner's lines are not a policy's).
 
 Rewards:
 
 - ``action_valid``: 1 when the completion parses as an action (``sotopia_env.actions.parse_action``), else 0;
+- ``verifiable_turn``: on prompts of verifiable episodes, the rule judge's exact goal (0-10) had the episode
+  ended right after this move and the rule partner's answer (a deal at a price, an agreed slot, a yes);
+  ``None`` on other prompts and for a completion that is not an action. Only added when the data holds
+  verifiable episodes;
 - ``utterance_score``: an LLM judge rates the action 0-10 for how well it serves the agent's goal in that
   state. One batched, schema-constrained backend call per reward call; a reply that failed or is not a score
   in range is ``None`` (never 0), and so is a completion that is not an action. Scores are cached per
   (state, candidate), so a repeated candidate is not judged twice.
 
-Options (``task_options``): ``judge`` (a model spec, default the embedded ``smollm2-135m``), ``api_base``.
+Options (``task_options``): ``judge`` (a model spec, default the embedded ``smollm2-135m``; ``none`` for no LLM
+judge, e.g. on verifiable episodes alone), ``api_base``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from sotopia_env.actions import InvalidAction, parse_action
+from agents.loading import RULE_PARTNER
+from sotopia_env.actions import AgentAction, InvalidAction, parse_action
 from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluation import run_to_completion
+from sotopia_env.profiles import VerifiableFacts
+from sotopia_env.verifiable import PARTNER_SEAT, outcome_after
 from training.rewards._text import completion_text
 from training.rl.tasks import RLTask, TaskError, register_task
+
+if TYPE_CHECKING:
+    from episodes.log import EpisodeLog
+    from training.dataset import Sample
 
 SCORE_SCHEMA = {
     "type": "object",
@@ -51,11 +65,16 @@ def action_valid(prompts: Sequence[Any], completions: Sequence[Any], **columns: 
     return [1.0 if _action(c) is not None else 0.0 for c in completions]
 
 
-def _action(completion: Any) -> str | None:
+def _parsed(completion: Any) -> AgentAction | None:
     try:
-        return parse_action(completion_text(completion)).to_json()
+        return parse_action(completion_text(completion))
     except InvalidAction:
         return None
+
+
+def _action(completion: Any) -> str | None:
+    action = _parsed(completion)
+    return action.to_json() if action is not None else None
 
 
 def parse_score(text: str) -> float | None:
@@ -102,6 +121,39 @@ class UtteranceJudge:
         return [self.cache.get(k) if k is not None else None for k in keys]
 
 
+def verifiable_turn(
+    prompts: Sequence[Any], completions: Sequence[Any], verifiable_state: Sequence[str] = (), **columns: Any
+) -> list[float | None]:
+    """The exact goal of each move on a verifiable state (see the module doc); None elsewhere."""
+    states = list(verifiable_state) or [""] * len(completions)
+    out: list[float | None] = []
+    for completion, state in zip(completions, states, strict=True):
+        action = _parsed(completion)
+        if not state or action is None:
+            out.append(None)
+            continue
+        data = json.loads(state)
+        facts = TypeAdapter(VerifiableFacts).validate_python(data["facts"])
+        exchanges = [(by_partner, AgentAction.model_validate(a)) for by_partner, a in data["exchanges"]]
+        out.append(float(outcome_after(facts, exchanges, action).goal))
+    return out
+
+
+def verifiable_state(log: EpisodeLog, turn: int) -> str:
+    """What ``verifiable_turn`` needs of a learner turn: the hidden facts and the exchanges before it (JSON)."""
+    facts = log.setup.scenario.verifiable
+    if facts is None:
+        return ""
+    partner = log.setup.agent_names[PARTNER_SEAT]
+    exchanges = [(t.agent == partner, t.action.to_dict()) for t in log.turns if t.turn < turn]
+    return json.dumps({"facts": facts.model_dump(), "exchanges": exchanges})
+
+
+def no_rule_partner(samples: list[Sample]) -> list[Sample]:
+    """Drop the seats a ``rule-partner`` played."""
+    return [s for s in samples if s.model != RULE_PARTNER]
+
+
 def turn_dataset(data: str, max_items: int | None):
     """The per-turn prompts of the rated train-split episodes in ``data``."""
     from episodes.export import import_jsonl
@@ -112,10 +164,14 @@ def turn_dataset(data: str, max_items: int | None):
     except (ValueError, OSError) as exc:
         raise TaskError(str(exc)) from None
     logs = [log for log in logs if log.setup.scenario.split == "train"]
-    dataset, _ = build_dataset(logs)
+    dataset, _ = build_dataset(logs, sample_filters=[no_rule_partner])
     if len(dataset) == 0:
         raise TaskError(f"{data}: no turns of rated episodes on train-split scenarios")
     dataset = dataset.select_columns(["prompt", "episode_id", "scenario_id", "agent", "turn"])
+    if any(log.setup.scenario.verifiable for log in logs):
+        by_id = {log.id: log for log in logs}
+        states = [verifiable_state(by_id[e], t) for e, t in zip(dataset["episode_id"], dataset["turn"], strict=True)]
+        dataset = dataset.add_column("verifiable_state", states)
     return dataset.select(range(min(max_items, len(dataset)))) if max_items else dataset
 
 
@@ -128,4 +184,9 @@ def social_turns_task(
     if not data:
         raise TaskError("task 'social_turns' needs a data file (set 'data': an episodes JSONL)")
     dataset = turn_dataset(data, max_items)
-    return RLTask("social_turns", dataset, [action_valid, UtteranceJudge(resolve_backend(judge, api_base))])
+    rewards: list = [action_valid]
+    if "verifiable_state" in dataset.column_names:
+        rewards.append(verifiable_turn)
+    if judge.strip().lower() != "none":
+        rewards.append(UtteranceJudge(resolve_backend(judge, api_base)))
+    return RLTask("social_turns", dataset, rewards)

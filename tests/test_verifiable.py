@@ -1,0 +1,339 @@
+"""Verifiable scenarios: the rule partners (malformed speech included), the rule judge on hand-built transcripts,
+a whole episode through the CLI, and social_turns prompts from stored verifiable episodes."""
+
+import asyncio
+
+import pytest
+
+from agents.loading import AgentSpecError, load_agent
+from agents.rule_partners import RulePartner, check_rule_specs
+from agents.scripted import ScriptedAgent
+from episodes.runner import play
+from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.evaluation import EpisodeContext, aevaluate_safely
+from sotopia_env.evaluator_spec import make_evaluator
+from sotopia_env.profiles import BargainingFacts, PersuasionFacts, SchedulingFacts
+from sotopia_env.transcript import Turn
+from sotopia_env.verifiable import NotVerifiable, VerifiableJudge, addresses, numbers_in, slots_in
+
+BIKE = "verifiable-bargaining-bike"  # asking 450, budget 400, reservation 320, 4 rounds
+
+
+def _setup(library, scenario_id: str, **facts) -> EpisodeSetup:
+    from sotopia_env.sampler import sample_setup
+
+    setup = sample_setup(library, seed=0, scenario=scenario_id)
+    if facts:
+        hidden = setup.scenario.verifiable.model_copy(update=facts)
+        setup = setup.model_copy(update={"scenario": setup.scenario.model_copy(update={"verifiable": hidden})})
+    return setup
+
+
+def _play(setup: EpisodeSetup, lines: list, max_turns: int = 20):
+    from sotopia_env.env import EnvConfig
+
+    agents = [ScriptedAgent(lines), load_agent("rule-partner")]
+    return asyncio.run(play(setup, agents, VerifiableJudge(), EnvConfig(max_turns=max_turns)))
+
+
+def _partner_lines(log) -> list[tuple[str, str]]:
+    partner = log.setup.agent_names[1]
+    return [(t.action.action_type.value, t.action.argument) for t in log.turns if t.agent == partner]
+
+
+def _goal(log, seat: int = 0) -> tuple[int, bool]:
+    rating = log.rating.ratings[log.setup.agent_names[seat]]
+    return rating.scores["goal"].score, rating.success
+
+
+# -- the family in the library ---------------------------------------------------------------------
+
+
+def test_family_ships_with_splits_and_hides_its_facts(library):
+    family = library.select("verifiable")
+    for kind in ("bargaining", "scheduling", "persuasion"):
+        mine = [s for s in family if kind in s.tags]
+        counts = {split: sum(s.split == split for s in mine) for split in ("train", "dev", "test")}
+        assert counts["train"] >= 8 and counts["dev"] >= 4 and counts["test"] >= 6, (kind, counts)
+        assert all(s.verifiable.kind == kind for s in mine)
+    for s in family:
+        seen = f"{s.scenario} {s.goals[0]}".lower()  # what the learner sees of its own seat
+        facts = s.verifiable
+        if isinstance(facts, BargainingFacts):
+            assert f"${facts.budget}" in s.goals[0] and str(facts.reservation) not in seen, s.id
+        elif isinstance(facts, SchedulingFacts):
+            assert all(slot in s.goals[0] for slot in facts.agent_slots), s.id
+            assert not any(
+                slot.lower() in s.goals[0].lower() for slot in facts.partner_slots if slot not in facts.agent_slots
+            )
+        else:
+            assert not addresses(seen, facts.concern), s.id
+    # opt-in: plain selectors and random sampling leave the family out; parts combine
+    assert not any("verifiable" in s.tags for s in library.select("all") + library.select("test"))
+    assert {s.id for s in library.select("verifiable:bargaining:test")} == {
+        s.id for s in family if s.split == "test" and "bargaining" in s.tags
+    }
+    assert library.select("bargaining") == [s for s in family if "bargaining" in s.tags]
+
+
+# -- the partners ----------------------------------------------------------------------------------
+
+
+def test_numbers_and_slots_parsing():
+    assert numbers_in("I'll pay $1,200 for it") == [1200.0]
+    assert numbers_in("300 or 350? ok 300") == [300.0, 350.0]
+    assert numbers_in("99.50, final") == [99.5]
+    assert numbers_in("at 3pm, no price yet") == []
+    slots = ["Monday morning", "Monday afternoon", "Friday evening"]
+    assert slots_in("How about monday-morning?", slots) == ["Monday morning"]
+    assert slots_in("Monday afternoon or Friday evening", slots) == ["Monday afternoon", "Friday evening"]
+
+
+def test_bargaining_partner_counters_then_accepts_and_handles_malformed_speech(library):
+    lines = [
+        "Hello! Is it still for sale?",  # no number: asked for a price
+        "I could pay 200 or maybe 250.",  # several numbers: asked for one
+        {"action_type": "non-verbal communication", "argument": "holds up three fingers"},  # no words: no offer
+        "How about $300?",  # under the reservation: the 4th round, the partner leaves
+    ]
+    log = _play(_setup(library, BIKE), lines)
+    said = _partner_lines(log)
+    assert [kind for kind, _ in said] == ["speak", "speak", "speak", "leave"]
+    assert "$450" in said[0][1] and "numbers" in said[1][1] and "$" in said[2][1]
+    assert _goal(log) == (0, False) and log.termination_reason == "everyone_left"
+
+    log = _play(_setup(library, BIKE), ["I can offer $250.", "Okay, $300 then.", "Alright, $330.", "Thanks!"])
+    said = _partner_lines(log)
+    counters = [numbers_in(text)[0] for _, text in said[:2]]
+    assert counters[0] > counters[1] >= 320  # comes down, never below the reservation
+    assert "$330" in said[2][1] and said[3][0] == "leave"  # accepts, then says goodbye
+    assert _goal(log) == (9, True)  # (400 - 330) / (400 - 320) = 0.875 -> 9
+
+
+def test_bargaining_partner_needs_a_verifiable_scenario_and_seat_two(library, two_friends):
+    partner = RulePartner()
+    with pytest.raises(NotVerifiable, match="not verifiable"):
+        partner.reset(setup=two_friends, seat=1)
+    with pytest.raises(ValueError, match="seat 2"):
+        partner.reset(setup=_setup(library, BIKE), seat=0)
+    with pytest.raises(AgentSpecError, match="--agent2"):
+        check_rule_specs([library.scenarios[BIKE]], ["rule-partner", "x"], "verifiable")
+    with pytest.raises(NotVerifiable, match=two_friends.scenario.id):
+        check_rule_specs([two_friends.scenario], ["x", "y"], "verifiable")
+
+
+def test_scheduling_partner(library):
+    sid = "verifiable-scheduling-tutoring"
+    setup = _setup(library, sid)
+    facts = setup.scenario.verifiable
+    only_mine = next(s for s in facts.slots if s in facts.agent_slots and s not in facts.partner_slots)
+    both = next(s for s in facts.agent_slots if s in facts.partner_slots)
+    only_theirs = next(s for s in facts.partner_slots if s not in facts.agent_slots)
+    log = _play(setup, ["When would suit you?", f"{only_mine} or {both}?", f"Could we do {only_mine}?", f"{both}?"])
+    said = [text for _, text in _partner_lines(log)]
+    assert facts.partner_slots[0] in said[0]  # no slot named: it names its first slot
+    assert "which" in said[1].lower() or "single" in said[1].lower()  # several slots: asks for one
+    assert facts.partner_slots[1] in said[2]  # declines, names its next slot
+    assert both in said[3] and _goal(log) == (10, True)
+
+    log = _play(setup, [f"Let's do {only_theirs}."])
+    assert _goal(log) == (0, False) and _goal(log, 1) == (10, True)  # agreed, but on a slot the learner can't make
+
+
+def test_persuasion_partner(library):
+    sid = "verifiable-persuasion-seat-swap"
+    setup = _setup(library, sid)
+    facts: PersuasionFacts = setup.scenario.verifiable
+    log = _play(
+        setup,
+        ["Would you swap seats with me, please?", "You'll still have a window seat, promise.", "So, would you swap?"],
+    )
+    said = [text for _, text in _partner_lines(log)]
+    assert said[0] == facts.doubts[0]  # asked before the concern: a doubt
+    assert "ease my mind" in said[1] or "helps" in said[1]  # concern addressed, no question: reassured
+    assert "swap seats with you" in said[2] and _goal(log) == (10, True)
+
+    log = _play(setup, [{"action_type": "non-verbal communication", "argument": "smiles at the window"}] * 5)
+    assert [k for k, _ in _partner_lines(log)] == ["speak"] * 4 + ["leave"]  # non-verbal never persuades
+    assert _goal(log) == (0, False)
+
+
+def test_gymnasium_env_with_the_rule_partner(library):
+    from sotopia_env.single_agent import SingleAgentSocialEnv
+
+    env = SingleAgentSocialEnv(partner=RulePartner(), setup=_setup(library, BIKE), evaluator=VerifiableJudge())
+    env.reset(seed=0)
+    text, reward, *_ = env.step('{"action_type": "speak", "argument": "Would you take $280?"}')
+    counter = env.env.turns[-1].action.argument  # the partner answered within the step
+    assert numbers_in(counter)[0] > 320 and counter in text
+    _, reward, terminated, _, info = env.step('{"action_type": "speak", "argument": "Fine, $360."}')
+    assert not terminated and reward == 0.0  # the partner accepted; the episode ends when someone leaves
+    _, reward, terminated, _, info = env.step('{"action_type": "leave", "argument": "Thanks!"}')
+    assert terminated and reward == 5.0 and info["evaluation"]["success"] is True
+
+
+# -- the judge -------------------------------------------------------------------------------------
+
+
+def _context(setup: EpisodeSetup, moves: list[str | None], reason: str = "everyone_left") -> EpisodeContext:
+    """Learner speech on even turns; ``None`` there is a partner turn slot (its words do not matter to the judge)."""
+    learner, partner = setup.agent_names
+    turns = []
+    for i, text in enumerate(moves):
+        agent = learner if i % 2 == 0 else partner
+        action = AgentAction(action_type=ActionType.speak, argument=text or "ok")
+        turns.append(Turn(turn=i, agent=agent, action=action))
+    return EpisodeContext(setup=setup, turns=turns, termination_reason=reason)
+
+
+def _judge(context: EpisodeContext) -> dict:
+    rating = asyncio.run(aevaluate_safely(make_evaluator("verifiable"), context))
+    assert rating.rated, rating.error
+    return {name: (r.scores["goal"].score, r.success) for name, r in rating.ratings.items()}
+
+
+def test_judge_scores_bargaining_exactly(library):
+    setup = _setup(library, BIKE, budget=400, reservation=320, asking_price=450)
+    learner, partner = setup.agent_names
+    assert _judge(_context(setup, ["$320", None])) == {learner: (10, True), partner: (0, True)}
+    assert _judge(_context(setup, ["200", None, "$360", None])) == {learner: (5, True), partner: (3, True)}
+    # a deal over budget: agreed, but no success and no surplus
+    assert _judge(_context(setup, ["$420", None]))[learner] == (0, False)
+    # the offer crosses the reservation, but the episode ended before the partner answered: no deal
+    assert _judge(_context(setup, ["200", None, "$360"], "max_turns"))[learner] == (0, False)
+    # several numbers are no offer, even when one crosses
+    assert _judge(_context(setup, ["300 or 380", None]))[learner] == (0, False)
+
+
+def test_judge_scheduling_and_persuasion(library):
+    setup = _setup(
+        library,
+        "verifiable-scheduling-tutoring",
+        slots=["Monday morning", "Tuesday morning", "Friday evening"],
+        agent_slots=["Monday morning", "Tuesday morning"],
+        partner_slots=["Friday evening", "Tuesday morning"],
+    )
+    learner, _ = setup.agent_names
+    assert _judge(_context(setup, ["Monday morning?", None, "Tuesday morning then", None]))[learner] == (10, True)
+    assert _judge(_context(setup, ["Friday evening works", None]))[learner] == (0, False)
+    setup = _setup(library, "verifiable-persuasion-poster", concern=["tape"], max_rounds=2)
+    assert _judge(_context(setup, ["I'll use blue tape. Could you put it up?", None]))[learner] == (10, True)
+    assert _judge(_context(setup, ["Could you?", None, "Please?", None]))[learner] == (0, False)
+
+
+def test_judge_refuses_non_verifiable_scenarios(two_friends):
+    context = EpisodeContext(setup=two_friends, turns=[], termination_reason="stale")
+    rating = asyncio.run(aevaluate_safely(VerifiableJudge(), context))
+    assert not rating.rated and "is not verifiable" in rating.error and "\n" not in rating.error
+    with pytest.raises(ValueError, match="goal"):
+        make_evaluator("verifiable", "believability")
+
+
+def test_llm_evaluator_still_rates_verifiable_episodes(library):
+    import json
+
+    from sotopia_env.backends.scripted import ScriptedBackend
+    from sotopia_env.evaluation import GOAL_ONLY
+    from sotopia_env.llm_evaluator import LLMEvaluator
+
+    log = _play(_setup(library, BIKE), ["$330?"])
+    names = log.setup.agent_names
+    reply = json.dumps({n: {"goal": {"reasoning": "fine", "score": 6}} for n in names})
+    context = EpisodeContext(setup=log.setup, turns=log.turns, termination_reason=log.termination_reason)
+    rating = LLMEvaluator(ScriptedBackend([reply], cycle=True), GOAL_ONLY).evaluate(context)
+    assert rating.rated, rating.error
+
+
+# -- through the CLI, stored, and into social_turns -------------------------------------------------
+
+
+def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from episodes.export import export_jsonl
+    from episodes.store import open_store
+    from sotopia_cli.main import app
+    from training.rl import build_task
+    from training.rl.social_turns import turn_dataset, verifiable_turn
+
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:///{tmp_path / 'e.db'}"
+    args = ["run", "--scenario", BIKE, "--agent1", "verifiable_agents:Buyer", "--agent2", "rule-partner"]
+    result = CliRunner().invoke(app, [*args, "--evaluator", "verifiable", "--store", store])
+    assert result.exit_code == 0, result.output
+    assert "deal" in result.output and "success" in result.output
+    bad = CliRunner().invoke(
+        app, [*args[:2], "conflict-harsh-review", *args[3:], "--evaluator", "verifiable", "--no-store"]
+    )
+    assert bad.exit_code != 0 and "no 'verifiable' facts" in bad.output and "Traceback" not in bad.output
+
+    bench = ["benchmark", "--model", "verifiable_agents:Buyer", "--partner", "rule-partner", "--evaluator"]
+    result = CliRunner().invoke(
+        app, [*bench, "verifiable", "--scenarios", "verifiable:bargaining:train", "--store", store]
+    )
+    assert result.exit_code == 0, result.output
+    logs = list(open_store(store).iter())
+    run_log = next(log for log in logs if log.tag == "run")
+    assert run_log.status == "rated" and run_log.rating.ratings[run_log.setup.agent_names[0]].success is True
+    bench_logs = [log for log in logs if log.tag != "run"]
+    assert len(bench_logs) == 8 and all(log.agents[1].model == "rule-partner" for log in bench_logs)
+
+    path = tmp_path / "episodes.jsonl"
+    export_jsonl(logs, path)
+    data = turn_dataset(str(path), None)
+    assert set(data["scenario_id"]) == {s.setup.scenario.id for s in bench_logs}
+    learners = {log.setup.agent_names[0] for log in logs}
+    assert set(data["agent"]) <= learners  # the rule partner's seat gives no prompts
+    assert len(data) == sum(1 for log in logs for t in log.turns if t.agent == log.setup.agent_names[0])
+    first = data[0]["prompt"]
+    assert "Your goal: Buy" in first[0]["content"] + first[-1]["content"]
+
+    # the exact one-step reward: the first move of a bike episode (reservation $320, budget $400)
+    row = next(r for r in data if r["turn"] == 0 and r["scenario_id"] == BIKE)
+    moves = [AgentAction(action_type="speak", argument=text).to_json() for text in ("$320?", "I can pay $330", "250")]
+    completions = [[{"role": "assistant", "content": m}] for m in [*moves, "no action here"]]
+    scores = verifiable_turn([row["prompt"]] * 4, completions, verifiable_state=[row["verifiable_state"]] * 4)
+    assert scores == [10.0, 9.0, 0.0, None]
+    assert verifiable_turn([row["prompt"]], completions[:1], verifiable_state=[""]) == [None]  # not verifiable
+    task = build_task("social_turns", str(path), options={"judge": "none"})
+    assert [getattr(f, "__name__", "") for f in task.rewards] == ["action_valid", "verifiable_turn"]
+
+
+def test_readme_example_scenario_plays_and_is_judged(tmp_path, library):
+    from readme_blocks import blocks
+
+    from sotopia_env.library import load_library
+
+    (yaml_text,) = [body for lang, body in blocks("Verifiable scenarios") if lang == "yaml"]
+    (tmp_path / "mine.yaml").write_text(yaml_text)
+    lib = load_library([tmp_path])
+    assert [s.id for s in lib.select("verifiable") if s.id == "my-bargain"] == ["my-bargain"]
+    log = _play(_setup(lib, "my-bargain"), ["Would you take 50?", "$55 then."])
+    assert _goal(log) == (10, True)  # (80 - 55) / (80 - 55)
+
+
+def test_bad_hidden_facts_are_one_line_errors(tmp_path):
+    from sotopia_env.library import LibraryError, load_library
+
+    entry = """scenarios:
+  - id: my-bargain
+    codename: my_bargain
+    scenario: Two strangers meet at a flea market; a lamp is for sale.
+    goals: ["Buy the lamp.", "Sell the lamp."]
+    relationship: stranger
+    verifiable: {FACTS}
+"""
+    cases = {
+        "{kind: bargaining, item: the lamp, asking_price: 90, budget: 50, reservation: 55}": "below budget 50",
+        "{kind: haggling}": "does not match any of the expected tags",
+        "{kind: scheduling, event: x, slots: [Monday, Monday morning], agent_slots: [Monday], "
+        "partner_slots: [Monday]}": "must not contain each other",
+        "{kind: scheduling, event: x, slots: [Mon, Tue], agent_slots: [Mon], partner_slots: [Tue]}": "share no slot",
+    }
+    for facts, message in cases.items():
+        (tmp_path / "x.yaml").write_text(entry.replace("{FACTS}", facts))
+        with pytest.raises(LibraryError, match=message) as info:
+            load_library([tmp_path / "x.yaml"])
+        assert "x.yaml: scenarios entry 0 (id 'my-bargain'), field 'verifiable" in str(info.value)
+        assert "\n" not in str(info.value)
