@@ -332,8 +332,7 @@ def test_http_client_strips_only_routing_prefixes(server: Server) -> None:
 
 def test_http_client_reports_a_200_that_is_not_a_completion(server: Server) -> None:
     srv = server(lambda body: ACTION)
-    backend = http(srv)
-    backend._url = srv.base_url + "/models"  # a GET route: POST there answers 404 JSON
+    backend = OpenAIHTTPBackend("loopback", api_base=srv.base_url + "/nowhere", timeout_s=5.0)  # 404 JSON there
     (out,) = run(backend, [ask()])
     assert not out.ok and "HTTP 404" in str(out.error) and "no route" in str(out.error)
 
