@@ -39,13 +39,18 @@ BATCH_LINE = re.compile(r"^\d+ episodes: .*\((\d+(?:\.\d+)?)s\)", re.M)  # bench
 
 
 def scenario_choice(episodes: int) -> tuple[str, int]:
-    """``--scenarios`` and ``--episodes-per-scenario`` for about ``episodes`` episodes (each casting in both seats)."""
+    """``--scenarios`` and ``--episodes-per-scenario`` for ``episodes`` episodes (each casting in both seats): k
+    scenarios with at least p castings each, 2 x k x p == episodes; else about that many."""
     from sotopia_env.library import load_library
+    from sotopia_env.sampler import eligible_setups
 
-    ids = sorted(sid for sid, s in load_library().scenarios.items() if s.num_agents == 2)
-    if episodes <= 2 * len(ids):
-        return ",".join(ids[: max(1, math.ceil(episodes / 2))]), 1
-    return ",".join(ids), math.ceil(episodes / (2 * len(ids)))
+    library = load_library()
+    castings = {sid: len(eligible_setups(s, library)) for sid, s in library.scenarios.items() if s.num_agents == 2}
+    for per in range(1, episodes // 2 + 1):
+        fit = sorted(sid for sid, n in castings.items() if n >= per)
+        if episodes % (2 * per) == 0 and episodes // (2 * per) <= len(fit):
+            return ",".join(fit[: episodes // (2 * per)]), per
+    return "all", math.ceil(episodes / (2 * len(castings)))
 
 
 def cli_benchmark(args: list[str]) -> str:
