@@ -17,8 +17,9 @@ answer every call after ``--latency``; agents always speak, so each episode make
 - client CPU ms / call = this process's CPU time (all threads) over the whole command / calls the servers received;
 - max in flight = the largest number of calls one server held at once (summed over servers: an upper bound).
 
-The "Ray, 2 local workers" rows are the Ray helper's to fill (``ray_rows``); until ``benchmark --ray`` exists
-they say so.
+"--max-calls 64 (as shipped)" rows cap the calls per model at 64, what every batch got before the limit
+followed ``--concurrency``. The "Ray, 2 local workers" rows are the Ray helper's to fill (``ray_rows``);
+until ``benchmark --ray`` exists they say so.
 """
 
 from __future__ import annotations
@@ -150,10 +151,19 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds each server takes per call")
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--waves", type=int, default=2, help="episodes = waves x concurrency")
+    parser.add_argument(
+        "--shipped-cap",
+        type=int,
+        default=64,
+        help="also run 1 server with --max-calls N above it: the fixed per-model limit before it followed "
+        "--concurrency (0: skip)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     args = parser.parse_args()
     if args.quick:
         args.concurrency, args.servers, args.latency, args.turns, args.waves = "4", "1,3", 0.01, 3, 1
+        args.shipped_cap = 2
+    cap = str(args.shipped_cap)
     levels = [int(c) for c in args.concurrency.split(",")]
     server_counts = [int(n) for n in args.servers.split(",")]
     print(
@@ -167,14 +177,18 @@ def main() -> None:
         run_level(pool[:1], 2, 2, min(args.turns, 3))  # warm-up: imports, first connections
         for n_servers in server_counts:
             for concurrency in levels:
-                r = run_level(pool[:n_servers], concurrency, args.waves * concurrency, args.turns)
-                rows.append(row("one process", n_servers, concurrency, r))
-                limits.append(r["limits"])
-                print(
-                    f"  {n_servers} server(s) c={concurrency}: {r['rate']:.0f} episodes/min ({r['pct']:.0f}% of "
-                    f"the bound), {r['cpu_ms_call']:.2f} ms CPU/call",
-                    flush=True,
-                )
+                runs = [("one process", [])]
+                if args.shipped_cap and n_servers == 1 and concurrency > args.shipped_cap:
+                    runs.append((f"one process, --max-calls {args.shipped_cap} (as shipped)", ["--max-calls", cap]))
+                for setup, extra in runs:
+                    r = run_level(pool[:n_servers], concurrency, args.waves * concurrency, args.turns, extra)
+                    rows.append(row(setup, n_servers, concurrency, r))
+                    limits.append(r["limits"])
+                    print(
+                        f"  {setup}, {n_servers} server(s) c={concurrency}: {r['rate']:.0f} episodes/min "
+                        f"({r['pct']:.0f}% of the bound), {r['cpu_ms_call']:.2f} ms CPU/call",
+                        flush=True,
+                    )
         rows.extend(ray_rows(pool[:1], levels, args))
     print_table(
         "episodes per minute through sotopia-env benchmark",
