@@ -210,6 +210,16 @@ def test_256_requests_in_flight_at_once(server: Server, make: Make) -> None:
     assert all(o.ok for o in outs) and srv.max_in_flight == 256
 
 
+@pytest.mark.parametrize("cls", [LiteLLMBackend, OpenAIHTTPBackend], ids=["litellm", "http"])
+def test_a_call_that_failed_on_one_server_is_retried_on_another(server: Server, cls: type[RemoteBackend]) -> None:
+    bad, good = server(lambda body: Reply.fail(503, "overloaded")), server(lambda body: ACTION)
+    backend = cls("loopback", api_base=f"{bad.base_url},{good.base_url}", timeout_s=5.0, backoff_base_s=30.0)
+    outs = run(backend, [ask(f"turn {i}") for i in range(6)])
+    assert sorted((o.ok, o.meta["attempts"]) for o in outs) == [(True, 1)] * 3 + [(True, 2)] * 3  # no backoff
+    assert len(bad.requests) == 3 and len(good.requests) == 6  # three failures in a row: bad is rested
+    assert backend.endpoints.endpoints[0].resting_until > 0
+
+
 def test_token_counts_come_from_usage(server: Server, make: Make) -> None:
     srv = server(lambda body: Reply(ACTION, completion_tokens=7))
     (out,) = run(make(srv), [ask("one two three", schema=None)])

@@ -188,22 +188,6 @@ def test_calls_spread_over_servers_given_as_repeated_flags(tmp_path: Path, libra
     assert min(counts) >= 3, counts  # least outstanding first: each server takes a fair share
 
 
-@pytest.mark.parametrize("kind", ["http", "litellm"])
-def test_a_call_that_failed_on_one_server_is_retried_on_another(kind: str) -> None:
-    from sotopia_env.backends.base import ChatRequest
-    from sotopia_env.backends.litellm_backend import LiteLLMBackend
-    from sotopia_env.backends.openai_http import OpenAIHTTPBackend
-
-    cls = OpenAIHTTPBackend if kind == "http" else LiteLLMBackend
-    request = ChatRequest(messages=[{"role": "user", "content": "Say something."}], max_new_tokens=8)
-    with LoopbackOpenAI(lambda body: Reply.fail(503, "overloaded")) as bad, LoopbackOpenAI() as good:
-        backend = cls("loopback", api_base=f"{bad.base_url},{good.base_url}", timeout_s=5.0, backoff_base_s=30.0)
-        outs = asyncio.run(backend.generate([request] * 6))
-        assert sorted((o.text, o.meta["attempts"]) for o in outs) == [("ok", 1)] * 3 + [("ok", 2)] * 3  # no backoff
-        assert len(bad.requests) == 3 and len(good.requests) == 6  # three failures in a row: bad is rested
-        assert backend.endpoints.endpoints[0].resting_until > 0
-
-
 def test_three_servers_one_killed_mid_batch_loses_nothing(tmp_path: Path) -> None:
     """One of three servers is SIGKILLed while the batch runs: its calls in flight and the next ones fail, are
     retried on the other two, it is rested, and every episode is played in full, rated and stored once."""
