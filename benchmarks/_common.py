@@ -144,8 +144,14 @@ class LoopbackProcess:
     def dump(self, path: Path) -> int:
         return int(self._ask(f"dump {path}"))
 
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: its open connections drop, new ones are refused)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
     def __exit__(self, *exc: object) -> None:
-        if self._proc is None:
+        if self._proc is None or self._proc.poll() is not None:
             return
         try:
             assert self._proc.stdin is not None

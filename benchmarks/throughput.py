@@ -85,7 +85,7 @@ def timed_batch(
 
 
 def make_backend(kind: str, base_url: str, concurrency: int, latency: float) -> Any:
-    # the backend's semaphore is per (model, api_base) and per event loop: raise it above the concurrency
+    # run_batch sets the per-model call limit to the concurrency; this max_concurrency only counts outside a batch
     limit = max(64, 2 * concurrency)
     if kind == "http":
         return resolve_backend("loopback", api_base=base_url, max_concurrency=limit)

@@ -9,6 +9,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def note(line: str) -> None:
+    """Print one line above the progress bars (where they print)."""
+    from rich.console import Console
+
+    Console().print(line, highlight=False)
+
+
 async def track(coros: Sequence[Awaitable[T]], description: str, enabled: bool = True) -> list[T]:
     """Await all ``coros`` concurrently; results in completion order."""
     tasks = [asyncio.ensure_future(c) for c in coros]

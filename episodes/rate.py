@@ -7,6 +7,7 @@ import asyncio
 from episodes.runner import run_episode
 from episodes.store import EpisodeStore
 from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
+from sotopia_env.backends.remote import call_limit
 from sotopia_env.evaluation import Evaluator
 
 
@@ -29,7 +30,9 @@ async def rate_stored(
 
     from episodes.progress import track
 
-    for log in await track([run_episode(log, evaluator, writer, slot=slot) for log in logs], description="rating"):
+    with call_limit(concurrency):  # one judge call per rating in flight
+        rated = await track([run_episode(log, evaluator, writer, slot=slot) for log in logs], description="rating")
+    for log in rated:
         counts[log.status] += 1
     writer.finish()
     return counts

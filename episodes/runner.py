@@ -31,6 +31,7 @@ from episodes.log import AgentSpec, EpisodeLog, combo_key
 from episodes.store import EpisodeStore
 from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.backends.remote import call_limit
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
@@ -216,6 +217,20 @@ def _failed_log(job: Job, tag: str, exc: BaseException, started: float) -> Episo
     )
 
 
+def calls_in_flight(jobs: Sequence[Job], concurrency: int, config: EnvConfig | None = None) -> int:
+    """The most LLM calls ``concurrency`` episodes of ``jobs`` can make at once: one each (the acting seat's, or
+    the judge's), or one per seat when seats act simultaneously."""
+    simultaneous = (config or EnvConfig()).action_order == "simultaneous"
+    per_episode = max((len(j.agent_specs) for j in jobs), default=1) if simultaneous else 1
+    return max(1, concurrency * per_episode)
+
+
+def limits_line(concurrency: int, calls: int, capped: bool) -> str:
+    """The one line a batch prints about its limits."""
+    how = "capped by --max-calls" if capped else "--max-calls to cap"
+    return f"concurrency {concurrency} episodes · up to {calls} calls per model ({how})"
+
+
 def plan(jobs: Sequence[Job], store: EpisodeStore, tag: str, rerun_failed: bool = False) -> tuple[list[Job], int]:
     """The jobs still to run under ``tag``: not stored yet, or (with ``rerun_failed``) failed/unrated."""
     done = store.combo_status(tag)
@@ -236,9 +251,12 @@ async def run_batch(
     progress: bool = True,
     retry_seconds: float = DEFAULT_RETRY_SECONDS,
     spill_dir: Path | None = None,
+    max_calls: int | None = None,
 ) -> BatchSummary:
     """Run every job not already done under ``tag`` through ``run_episode``, ``concurrency`` at a time.
 
+    Each remote model takes as many calls at once as the episodes in flight can make (``calls_in_flight``),
+    or ``max_calls`` where given (a rate-limited API); the limits are printed once when ``progress`` is on.
     A job that raises is stored as ``failed`` with its error; the batch goes on. Rerunning a failed
     or unrated combo replaces its stored episode (same id). While a store fault is retried (up to
     ``retry_seconds``), the other episodes keep playing; if the store stays down, the batch still
@@ -255,10 +273,15 @@ async def run_batch(
     slot = asyncio.Semaphore(max(1, concurrency))
     agents = agent_factory or default_agent_factory()
     episodes = [run_episode(j, evaluator, writer, agents=agents, tag=tag, config=config, slot=slot) for j in todo]
+    limit = max_calls or calls_in_flight(todo, concurrency, config)
 
-    from episodes.progress import track
+    from episodes.progress import note, track
 
-    for log in await track(episodes, description=f"episodes [{tag}]", enabled=progress):
+    if progress and todo:
+        note(limits_line(concurrency, limit, capped=max_calls is not None))
+    with call_limit(limit):
+        logs = await track(episodes, description=f"episodes [{tag}]", enabled=progress)
+    for log in logs:
         setattr(summary, log.status, getattr(summary, log.status) + 1)
         summary.episode_ids.append(log.id)
     summary.wall_seconds = round(time.perf_counter() - started, 3)

@@ -16,9 +16,11 @@ from sotopia_cli.options import (
     AgentsPath,
     ApiBase,
     Dimensions,
+    MaxCalls,
     ScenariosDir,
     Store,
     StoreRetry,
+    api_base_value,
     library,
 )
 
@@ -41,7 +43,8 @@ def benchmark(
     max_turns: int = typer.Option(20, "--max-turns", min=1),
     seed: int = typer.Option(0, "--seed"),
     dimensions: str = Dimensions,
-    api_base: str = ApiBase,
+    api_base: list[str] = ApiBase,
+    max_calls: int = MaxCalls,
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
     tag: str = typer.Option(None, "--tag", help="Tag for the episodes (default: benchmark-MODEL-vs-PARTNER)."),
@@ -72,15 +75,24 @@ def benchmark(
         chosen = lib.select(scenarios)
         check_rule_specs(chosen, ["", partner], evaluator)
         jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
-        judge = make_evaluator(evaluator, dimensions, api_base)
+        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
     tag = tag or f"benchmark-{model}-vs-{partner}"
-    factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base)
+    factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base_value(api_base))
     config = EnvConfig(max_turns=max_turns)
     freeze_startup_objects()
     with user_errors(StoreError):
         summary = asyncio.run(
             run_batch(
-                jobs, st, tag, judge, factory, concurrency, config, rerun_failed, retry_seconds=store_retry_seconds
+                jobs,
+                st,
+                tag,
+                judge,
+                factory,
+                concurrency,
+                config,
+                rerun_failed,
+                retry_seconds=store_retry_seconds,
+                max_calls=max_calls,
             )
         )
     console.print(

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, fail, freeze_startup_objects, user_errors
-from sotopia_cli.options import ApiBase, Dimensions, Store, StoreRetry
+from sotopia_cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
 
@@ -170,7 +170,7 @@ def evaluate(
     tag: str = typer.Option(None, help="Only this tag."),
     evaluator: str = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge."),
     dimensions: str = Dimensions,
-    api_base: str = ApiBase,
+    api_base: list[str] = ApiBase,
     concurrency: int = typer.Option(8, help="Ratings in flight at once."),
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
@@ -182,7 +182,7 @@ def evaluate(
 
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
-        judge = make_evaluator(evaluator, dimensions, api_base)
+        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
     if judge is None:
         raise fail("--evaluator none cannot rate episodes")
     freeze_startup_objects()

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import ApiBase
+from sotopia_cli.options import ApiBase, api_base_value
 
 eval_app = typer.Typer(help="Evaluate models on social-reasoning tasks.", no_args_is_help=True)
 
@@ -26,7 +26,7 @@ def socialiqa(
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=8),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0),
     out: Path = typer.Option(None, "--out", help="Per-item results JSONL (default: socialiqa-<model>.jsonl)."),
-    api_base: str = ApiBase,
+    api_base: list[str] = ApiBase,
 ) -> None:
     """Accuracy with a 95% interval, format-valid rate and mean reward; per-item results as JSONL."""
     from sotopia_env.backends.resolve import is_local_spec, resolve_backend
@@ -37,7 +37,7 @@ def socialiqa(
         items = load_socialiqa(data)[:limit]
         if constrained and not is_local_spec(model):
             raise ValueError("--constrained needs a local model (regex-constrained decoding runs in-process)")
-        backend = resolve_backend(model, api_base=api_base)
+        backend = resolve_backend(model, api_base=api_base_value(api_base))
     regex = THINK_ANSWER_REGEX if constrained else None
     completions = asyncio.run(
         answer_socialiqa(backend, items, regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import ApiBase, ScenariosDir
+from sotopia_cli.options import ApiBase, ScenariosDir, api_base_value
 
 if TYPE_CHECKING:
     from sotopia_env.backends.base import Backend
@@ -117,7 +117,7 @@ def generate_scenarios_cmd(
     out: Path = Out,
     seed: int = Seed,
     column: str = typer.Option("context", "--column", help="The seed text's field (JSONL) or column (CSV)."),
-    api_base: str = ApiBase,
+    api_base: list[str] = ApiBase,
     split: str = typer.Option("train", "--split", help="Split of the new scenarios: train or dev (never test)."),
     examples: int = typer.Option(2, "--examples", min=1, max=2, help="Library scenarios shown as examples."),
     concurrency: int = Concurrency,
@@ -141,7 +141,7 @@ def generate_scenarios_cmd(
     with user_errors(SeedFileError):
         seeds = read_seeds(seeds_path, column)
     lib = _reference_library(out, scenarios_dir)
-    backend = _backend(model, api_base)
+    backend = _backend(model, api_base_value(api_base))
     settings = _settings(seed, concurrency, attempts, max_new_tokens, temperature)
     with _progress("scenarios") as (on_start, on_outcome), user_errors(SeedFileError, OSError):
         stats = asyncio.run(
@@ -166,7 +166,7 @@ def generate_characters_cmd(
     n: int = Count,
     out: Path = Out,
     seed: int = Seed,
-    api_base: str = ApiBase,
+    api_base: list[str] = ApiBase,
     concurrency: int = Concurrency,
     attempts: int = Attempts,
     max_new_tokens: int = MaxNewTokens,
@@ -182,7 +182,7 @@ def generate_characters_cmd(
     from sotopia_env.generation.characters import generate_characters
 
     lib = _reference_library(out, scenarios_dir)
-    backend = _backend(model, api_base)
+    backend = _backend(model, api_base_value(api_base))
     settings = _settings(seed, concurrency, attempts, max_new_tokens, temperature)
     with _progress("characters") as (on_start, on_outcome), user_errors(OSError):
         stats = asyncio.run(

@@ -20,7 +20,37 @@ StoreRetry = typer.Option(
     help="Retry a failed store write this long (Redis down, SQLite locked) before saving the episodes to a spill "
     "file that 'episodes import' restores.",
 )
-ApiBase = typer.Option(None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
+
+
+def _api_bases(values: list[str] | None) -> list[str]:
+    """The ``--api-base`` values (repeated and/or comma-separated), each URL checked: a bad one is a usage error."""
+    from sotopia_env.backends.endpoints import join_api_bases, split_api_bases
+
+    try:
+        join_api_bases(values)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return split_api_bases(values)
+
+
+def api_base_value(values: list[str] | None) -> str | None:
+    """``--api-base``'s URLs as the one string backends take (joined by commas); None for none."""
+    return ",".join(values or []) or None
+
+
+ApiBase = typer.Option(
+    None,
+    "--api-base",
+    callback=_api_bases,
+    help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama). Several servers: repeat the flag "
+    "or separate URLs by commas; each call goes to the one with the fewest calls outstanding.",
+)
+MaxCalls = typer.Option(
+    None,
+    "--max-calls",
+    min=1,
+    help="Cap the LLM calls in flight per model (for rate-limited APIs). Default: one per episode in flight.",
+)
 Evaluator = typer.Option(
     "smollm2-135m",
     "--evaluator",

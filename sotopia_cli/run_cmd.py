@@ -21,6 +21,7 @@ from sotopia_cli.options import (
     ScenariosDir,
     Store,
     StoreRetry,
+    api_base_value,
     library,
 )
 
@@ -48,7 +49,7 @@ def run(
     max_turns: int = typer.Option(20, "--max-turns", min=1, help="Truncate after this many turns."),
     evaluator: str = Evaluator,
     dimensions: str = Dimensions,
-    api_base: str = ApiBase,
+    api_base: list[str] = ApiBase,
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the episode."),
@@ -82,8 +83,8 @@ def run(
     console.rule()
     settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
     with user_errors(AgentSpecError, ValueError, OSError):
-        agents = [load_agent(spec, settings=settings, api_base=api_base) for spec in (agent1, agent2)]
-        judge = make_evaluator(evaluator, dimensions, api_base)
+        agents = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in (agent1, agent2)]
+        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
 
     def show(turn) -> None:
         line = render_action(turn.agent, turn.action)

@@ -23,6 +23,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "stores.py": (["--stores", "sqlite"], ["write and read rates"]),
     "vs_sotopia.py": (["--venv", "/nonexistent/sotopia-bench-venv"], ["side by side", "prompt tokens"]),
     "startup.py": ([], ["wall time of a fresh process", "python -X importtime"]),
+    "scale.py": ([], ["episodes per minute through sotopia-env benchmark"]),
 }
 
 

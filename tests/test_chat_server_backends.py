@@ -210,6 +210,16 @@ def test_256_requests_in_flight_at_once(server: Server, make: Make) -> None:
     assert all(o.ok for o in outs) and srv.max_in_flight == 256
 
 
+@pytest.mark.parametrize("cls", [LiteLLMBackend, OpenAIHTTPBackend], ids=["litellm", "http"])
+def test_a_call_that_failed_on_one_server_is_retried_on_another(server: Server, cls: type[RemoteBackend]) -> None:
+    bad, good = server(lambda body: Reply.fail(503, "overloaded")), server(lambda body: ACTION)
+    backend = cls("loopback", api_base=f"{bad.base_url},{good.base_url}", timeout_s=5.0, backoff_base_s=30.0)
+    outs = run(backend, [ask(f"turn {i}") for i in range(6)])
+    assert sorted((o.ok, o.meta["attempts"]) for o in outs) == [(True, 1)] * 3 + [(True, 2)] * 3  # no backoff
+    assert len(bad.requests) == 3 and len(good.requests) == 6  # three failures in a row: bad is rested
+    assert backend.endpoints.endpoints[0].resting_until > 0
+
+
 def test_token_counts_come_from_usage(server: Server, make: Make) -> None:
     srv = server(lambda body: Reply(ACTION, completion_tokens=7))
     (out,) = run(make(srv), [ask("one two three", schema=None)])
@@ -332,8 +342,7 @@ def test_http_client_strips_only_routing_prefixes(server: Server) -> None:
 
 def test_http_client_reports_a_200_that_is_not_a_completion(server: Server) -> None:
     srv = server(lambda body: ACTION)
-    backend = http(srv)
-    backend._url = srv.base_url + "/models"  # a GET route: POST there answers 404 JSON
+    backend = OpenAIHTTPBackend("loopback", api_base=srv.base_url + "/nowhere", timeout_s=5.0)  # 404 JSON there
     (out,) = run(backend, [ask()])
     assert not out.ok and "HTTP 404" in str(out.error) and "no route" in str(out.error)
 

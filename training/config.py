@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
+from sotopia_env.backends.endpoints import join_api_bases
 from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
 from sotopia_env.validation import field_problem
@@ -97,7 +98,8 @@ class PipelineConfig:
     concurrency: int = 8
     store: str | None = None  # default: SQLite at OUTPUT_DIR/episodes.db
     store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
-    api_base: str | None = None
+    api_base: str | list[str] | None = None  # one server URL, or several (a list or comma-separated): joined on load
+    max_calls: int | None = None  # cap on calls in flight per model (default: one per episode in flight)
     scenarios_dir: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -162,10 +164,15 @@ def _check_values(c: PipelineConfig) -> None:
         ("sr.episodes_per_scenario", c.sr.episodes_per_scenario),
         ("eval.episodes_per_scenario", c.eval.episodes_per_scenario),
         ("concurrency", c.concurrency),
+        ("max_calls", 1 if c.max_calls is None else c.max_calls),
         ("generation.max_new_tokens", c.generation.max_new_tokens),
     ):
         if value < 1:
             raise bad(where, f"must be at least 1, not {value}")
+    try:
+        c.api_base = join_api_bases(c.api_base)
+    except ValueError as exc:
+        raise bad("api_base", str(exc)) from None
     if c.sr.rounds < 0:
         raise bad("sr.rounds", f"must be 0 or more, not {c.sr.rounds}")
     if c.store_retry_seconds < 0:

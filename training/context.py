@@ -109,6 +109,7 @@ class StageContext:
                 progress=self.progress,
                 retry_seconds=c.store_retry_seconds,
                 spill_dir=c.out.resolve(),
+                max_calls=c.max_calls,
             )  # play -> rate -> store, each episode through episodes.runner.run_episode
             return asyncio.run(episodes)
         finally:

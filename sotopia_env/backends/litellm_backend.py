@@ -70,14 +70,16 @@ class LiteLLMBackend(RemoteBackend):
     def _semaphore_key(self) -> tuple[str, str | None]:
         return (self.litellm_model, self.api_base)
 
-    async def _send(self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Reply:
+    async def _send(
+        self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any], api_base: str | None
+    ) -> Reply:
         call = self._litellm.acompletion(
             model=self.litellm_model,
             messages=messages,
             temperature=request.temperature,
             top_p=request.top_p,
             max_tokens=request.max_new_tokens,
-            api_base=self.api_base,
+            api_base=api_base,
             api_key=self._api_key,
             timeout=self.timeout_s,
             num_retries=0,

@@ -1,4 +1,5 @@
-"""A lean client for OpenAI-compatible chat servers at an ``api_base`` (vLLM, llama.cpp server, SGLang, ...).
+"""A lean client for OpenAI-compatible chat servers at an ``api_base`` (vLLM, llama.cpp server, SGLang, ...),
+or at several (``remote.RemoteBackend`` spreads the calls over them).
 
 It posts ``/chat/completions`` on one pooled ``aiohttp.ClientSession`` per event loop and keeps every
 behaviour of the litellm path (``remote.RemoteBackend``: retries, concurrency limit, ``response_format``
@@ -65,7 +66,6 @@ class OpenAIHTTPBackend(RemoteBackend):
             max_concurrency=max_concurrency,
         )
         self.server_model = server_model_name(model)
-        self._url = api_base.rstrip("/") + "/chat/completions"
         # one session per event loop; its keeper task removes it when that loop shuts down
         self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}
 
@@ -98,7 +98,9 @@ class OpenAIHTTPBackend(RemoteBackend):
             if self._sessions.get(loop) is session:
                 del self._sessions[loop]
 
-    async def _send(self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Reply:
+    async def _send(
+        self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any], api_base: str | None
+    ) -> Reply:
         import aiohttp
 
         body = {
@@ -111,7 +113,8 @@ class OpenAIHTTPBackend(RemoteBackend):
         }
         session = await self._session()
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with session.post(self._url, json=body, timeout=timeout) as response:
+        url = str(api_base).rstrip("/") + "/chat/completions"
+        async with session.post(url, json=body, timeout=timeout) as response:
             raw = await response.read()
             status = response.status
         data = _json_or_none(raw)

@@ -1,25 +1,38 @@
 """What every backend that calls a chat server shares: the JSON schema's way to the server, JSON repair,
-bounded retries with backoff, a concurrency limit per model, and one-line errors.
+bounded retries with backoff, a concurrency limit per model, several servers, and one-line errors.
 
-A subclass says how one call is sent (``_send``) and which failures are worth a retry (``_retryable``).
-429s, timeouts, connection errors and 5xx are retried with exponential backoff and jitter; other errors
-fail at once. A failed request becomes ``Completion(text="", error=...)``; ``generate`` never raises for one.
-The api key is held in a private attribute only: never logged, never put in a ``Completion`` or a repr.
+A subclass says how one call is sent to one server (``_send``) and which failures are worth a retry
+(``_retryable``). 429s, timeouts, connection errors and 5xx are retried with exponential backoff and jitter;
+other errors fail at once. A failed request becomes ``Completion(text="", error=...)``; ``generate`` never
+raises for one. The api key is held in a private attribute only: never logged, never put in a ``Completion``
+or a repr.
+
+An ``api_base`` naming several servers (comma-separated) spreads calls over them (``endpoints.EndpointPool``:
+fewest outstanding first, failing servers rested). A call that failed on one server is retried on another at
+once; the backoff applies when no other server is up.
+
+The calls in flight per model are capped by ``max_concurrency`` (64), unless a batch says otherwise:
+``call_limit(n)`` sets the cap for everything run inside it (``episodes.runner.run_batch`` sets it to what
+its episodes in flight can call at once, or to ``--max-calls``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import re
 import time
 import weakref
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.endpoints import Endpoint, EndpointPool, split_api_bases
 
 # Providers that speak the OpenAI protocol at an ``api_base`` and accept ``response_format`` json_schema.
 OPENAI_COMPATIBLE = frozenset({"openai", "hosted_vllm"})
@@ -27,15 +40,30 @@ HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum", 
 _MAX_BACKOFF_S = 30.0
 
 # Semaphores bind to the event loop they are first used on, so there is one set per running loop.
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str | None], asyncio.Semaphore]]
+_SemaphoreKey = tuple[str, str | None, int]
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_SemaphoreKey, asyncio.Semaphore]]
 _semaphores = weakref.WeakKeyDictionary()
+
+# The calls in flight per model inside a batch (``call_limit``); None: each backend's ``max_concurrency``.
+_CALL_LIMIT: ContextVar[int | None] = ContextVar("sotopia_env_call_limit", default=None)
+
+
+@contextlib.contextmanager
+def call_limit(limit: int) -> Iterator[None]:
+    """Within this block (and the tasks started in it), each remote model takes up to ``limit`` calls at once."""
+    token = _CALL_LIMIT.set(max(1, limit))
+    try:
+        yield
+    finally:
+        _CALL_LIMIT.reset(token)
 
 
 def per_loop_semaphore(key: tuple[str, str | None], limit: int) -> asyncio.Semaphore:
     per_loop = _semaphores.setdefault(asyncio.get_running_loop(), {})
-    if key not in per_loop:
-        per_loop[key] = asyncio.Semaphore(limit)
-    return per_loop[key]
+    full_key = (*key, limit)
+    if full_key not in per_loop:
+        per_loop[full_key] = asyncio.Semaphore(limit)
+    return per_loop[full_key]
 
 
 def server_api_key(api_key: str | None, openai_compatible: bool) -> str | None:
@@ -141,6 +169,7 @@ class RemoteBackend:
         self.timeout_s = timeout_s
         self.backoff_base_s = backoff_base_s
         self.max_concurrency = max_concurrency
+        self.endpoints = EndpointPool(split_api_bases(api_base))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
@@ -148,11 +177,18 @@ class RemoteBackend:
     async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
 
-    async def _send(self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Reply:
+    async def _send(
+        self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any], api_base: str | None
+    ) -> Reply:
+        """One call to the server at ``api_base`` (one of this backend's servers; None: the provider's own)."""
         raise NotImplementedError
 
     def _retryable(self, exc: BaseException) -> bool:
         raise NotImplementedError
+
+    def _server_failed(self, exc: BaseException) -> bool:
+        """Whether ``exc`` blames the server (refused, timed out, 5xx), not the request or a rate limit."""
+        return self._retryable(exc) and getattr(exc, "status_code", None) != 429
 
     def _semaphore_key(self) -> tuple[str, str | None]:
         return (self.model, self.api_base)
@@ -184,24 +220,36 @@ class RemoteBackend:
         if request.regex is not None:
             return Completion(text="", error=f"{self.model}: regex-constrained decoding needs the local backend")
         messages, extra = self._prepared(request)
-        semaphore = per_loop_semaphore(self._semaphore_key(), self.max_concurrency)
+        semaphore = per_loop_semaphore(self._semaphore_key(), _CALL_LIMIT.get() or self.max_concurrency)
         attempt = 0
+        failed_on: Endpoint | None = None
         while True:
             attempt += 1
             try:
                 async with semaphore:
+                    endpoint = self.endpoints.acquire(avoid=failed_on)
                     start = time.perf_counter()
-                    reply = await self._send(request, messages, extra)
+                    try:
+                        reply = await self._send(request, messages, extra, endpoint.url)
+                    except BaseException as exc:
+                        self.endpoints.release(endpoint, server_failed=self._server_failed(exc))
+                        raise
+                    self.endpoints.release(endpoint, server_failed=False)
                 latency = time.perf_counter() - start
                 break
             except Exception as exc:  # every failure becomes a Completion.error (cancellation is not an Exception)
                 if attempt > self.max_retries or not self._retryable(exc):
-                    return Completion(text="", error=self._describe(exc, attempt), meta={"attempts": attempt})
+                    server = endpoint.url if len(self.endpoints) > 1 else None
+                    error = self._describe(exc, attempt, server)
+                    return Completion(text="", error=error, meta={"attempts": attempt})
+                failed_on = endpoint
+                if self._server_failed(exc) and self.endpoints.available(avoid=endpoint):
+                    continue  # another server is up: retry there at once
                 delay = min(_MAX_BACKOFF_S, self.backoff_base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
                 await asyncio.sleep(delay)
         return self._completion(request, reply, latency, attempt)
 
-    def _describe(self, exc: BaseException, attempts: int) -> str:
+    def _describe(self, exc: BaseException, attempts: int, server: str | None = None) -> str:
         status = getattr(exc, "status_code", None)
         lines = str(exc).strip().splitlines()
         # litellm prefixes "litellm.AuthenticationError: AuthenticationError: "; the class name is given once below
@@ -210,7 +258,8 @@ class RemoteBackend:
             message = message.replace(self._api_key, "***")
         where = f"HTTP {status} " if isinstance(status, int) else ""
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        return f"{self.model}: {where}{type(exc).__name__}{tries}: {message}".strip().rstrip(":")
+        model = f"{self.model} at {server}" if server else self.model
+        return f"{model}: {where}{type(exc).__name__}{tries}: {message}".strip().rstrip(":")
 
     def _completion(self, request: ChatRequest, reply: Reply, latency: float, attempts: int) -> Completion:
         text = reply.text

@@ -7,9 +7,10 @@ Specs:
 - a directory holding a trained model reference (``sotopia_model.json``) or a
   transformers model: the local backend;
 - ``scripted``: not resolvable here (tests build ``ScriptedBackend`` directly);
-- with an ``api_base``: an OpenAI-compatible server (vLLM, llama.cpp, SGLang), served by the lean
-  aiohttp client (``openai_http.OpenAIHTTPBackend``), unless the spec names a litellm provider with a
-  protocol of its own (``ollama/llama3``, ``anthropic/...``) or starts with ``litellm:`` (forces litellm);
+- with an ``api_base`` (one URL, or several comma-separated): an OpenAI-compatible server (vLLM, llama.cpp,
+  SGLang), served by the lean aiohttp client (``openai_http.OpenAIHTTPBackend``), unless the spec names a
+  litellm provider with a protocol of its own (``ollama/llama3``, ``anthropic/...``) or starts with
+  ``litellm:`` (forces litellm);
 - anything else: a litellm model string (``gpt-4o-mini``, ``anthropic/claude-...``, ``ollama/llama3``, ...).
 
 Backends are shared per (spec, api_base), so two agents on the same local
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sotopia_env.backends.base import Backend
+from sotopia_env.backends.endpoints import join_api_bases
 
 _shared: dict[tuple, Backend] = {}
 
@@ -64,6 +66,8 @@ def release_backends(specs: set[str] | None = None, keep: object = None) -> None
 
 
 def resolve_backend(spec: str, api_base: str | None = None, api_key: str | None = None, **options: Any) -> Backend:
+    """The shared backend for ``spec``; ``api_base`` may list several servers, comma-separated (``endpoints``)."""
+    api_base = join_api_bases(api_base)
     key = (spec, api_base, tuple(sorted(options.items())))
     if key in _shared:
         return _shared[key]

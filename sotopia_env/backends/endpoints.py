@@ -1,0 +1,102 @@
+"""Several servers behind one model: which ``api_base`` a call goes to, and which ones are resting.
+
+An ``api_base`` may name several servers (``"http://a:8000/v1,http://b:8000/v1"``; the CLI's repeated
+``--api-base`` and a config's list are joined this way). ``EndpointPool`` picks, for each call, the server with
+the fewest requests outstanding (ties: the one picked least). A server that fails ``fail_threshold`` calls in a
+row (refused connection, timeout, 5xx) is taken out for a cool-down that doubles on each further failure (up to
+``max_cooldown_s``); after it, one call at a time tries it until one succeeds. A retry avoids the server its
+call just failed on. When every server is resting, the one back soonest is used: a pool of one behaves as the
+plain client did.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+def split_api_bases(value: str | Sequence[str] | None) -> list[str]:
+    """The server URLs in ``value`` (a comma list, a list of comma lists, or None), stripped, each once, in order."""
+    if value is None:
+        return []
+    parts = [value] if isinstance(value, str) else list(value)
+    urls = [url.strip() for part in parts for url in str(part).split(",")]
+    return list(dict.fromkeys(url for url in urls if url))
+
+
+def join_api_bases(value: str | Sequence[str] | None) -> str | None:
+    """``value`` as the one string every ``api_base`` parameter takes (URLs joined by commas); None for none.
+    Raises ``ValueError`` naming a URL that is not http(s)."""
+    urls = split_api_bases(value)
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"api_base {url!r}: not an http:// or https:// URL")
+    return ",".join(urls) or None
+
+
+@dataclass
+class Endpoint:
+    """One server and what the pool knows of it."""
+
+    url: str | None
+    outstanding: int = 0  # calls sent and not yet answered
+    picks: int = 0  # calls ever sent (breaks ties, so equal servers take turns)
+    failures: int = 0  # server failures in a row
+    resting_until: float = 0.0  # monotonic time its cool-down ends
+
+
+class EndpointPool:
+    """Least-outstanding choice over ``urls`` with a cool-down for failing servers; see the module docstring."""
+
+    def __init__(
+        self,
+        urls: Sequence[str | None],
+        *,
+        fail_threshold: int = 3,
+        cooldown_s: float = 5.0,
+        max_cooldown_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.endpoints = [Endpoint(url) for url in (urls or [None])]
+        self.fail_threshold = fail_threshold
+        self.cooldown_s = cooldown_s
+        self.max_cooldown_s = max_cooldown_s
+        self._clock = clock
+
+    def available(self, avoid: Endpoint | None = None) -> list[Endpoint]:
+        """The servers not resting (one back from a rest takes one call at a time), without ``avoid``."""
+        now = self._clock()
+        return [
+            e
+            for e in self.endpoints
+            if e.resting_until <= now and e is not avoid and (e.failures < self.fail_threshold or not e.outstanding)
+        ]
+
+    def acquire(self, avoid: Endpoint | None = None) -> Endpoint:
+        """The server for the next call (counted as outstanding until ``release``); ``avoid`` only if it is the
+        only one up, and a resting one only if all are resting."""
+        up = self.available(avoid) or self.available()
+        if up:
+            chosen = min(up, key=lambda e: (e.outstanding, e.picks))
+        else:
+            chosen = min(self.endpoints, key=lambda e: e.resting_until)
+        chosen.outstanding += 1
+        chosen.picks += 1
+        return chosen
+
+    def release(self, endpoint: Endpoint, server_failed: bool) -> None:
+        """The call sent to ``endpoint`` is over; ``server_failed``: it failed in a way that blames the server."""
+        endpoint.outstanding -= 1
+        if not server_failed:
+            endpoint.failures = 0
+            endpoint.resting_until = 0.0
+            return
+        endpoint.failures += 1
+        over = endpoint.failures - self.fail_threshold
+        if over >= 0:
+            rest = min(self.max_cooldown_s, self.cooldown_s * 2**over)
+            endpoint.resting_until = max(endpoint.resting_until, self._clock() + rest)
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
