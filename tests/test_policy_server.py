@@ -29,9 +29,9 @@ def stand_in(record: Path, die_after: int | None = None) -> dict:
     """A ``policy_server`` section that starts the stand-in with vLLM's arguments."""
     python = shlex.quote(sys.executable)
     tail = f"--port {{port}} --record {shlex.quote(str(record))}"
-    die = f" --die-after {die_after}" if die_after is not None else ""
+    tail += f" --die-after {die_after}" if die_after is not None else ""
     return {
-        "command": f"{python} {STAND_IN} serve {{base_model}} --enable-lora --lora-modules policy={{adapter}} {tail}{die}",
+        "command": f"{python} {STAND_IN} serve {{base_model}} --enable-lora --lora-modules policy={{adapter}} {tail}",
         "full_command": f"{python} {STAND_IN} serve {{model}} --served-model-name policy {tail}",
         "health_url": HEALTH,
         "start_timeout": 30,

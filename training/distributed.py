@@ -5,7 +5,9 @@ episode store and writing files (datasets, ``state.json``, reports, the trained 
 process's job; the other ranks wait at a barrier and then read what it wrote. Training itself is shared: TRL's
 trainers run DDP, DeepSpeed or FSDP as the accelerate config says.
 
-Without a launcher (one process), every helper here is a no-op and accelerate is not even imported.
+The state is made on the first call (``StageContext.open``), before any trainer's: with ``BARRIER_TIMEOUT``,
+and on the CPU when ``ACCELERATE_USE_CPU`` is set. Without a launcher (one process), every helper here is a no-op
+and accelerate is not even imported.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
+
+# How long the other ranks wait at a barrier while the main process plays a stage's episodes (torch.distributed's
+# default, 10-30 minutes, is shorter than an expert's or a judge's batch can be).
+BARRIER_TIMEOUT = timedelta(hours=24)
 
 
 def _state() -> Any:
@@ -21,8 +28,11 @@ def _state() -> Any:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
 
-    return PartialState()
+    # The first call fixes the state: cpu as the trainers will ask for it (TrainingArguments reads
+    # ACCELERATE_USE_CPU), and a barrier timeout long enough for the main process to play a stage's episodes.
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"), timeout=BARRIER_TIMEOUT)
 
 
 def is_main_process() -> bool:
