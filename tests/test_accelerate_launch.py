@@ -73,3 +73,12 @@ def test_two_processes_train_the_same_weights_and_only_the_main_one_plays(tmp_pa
     for stage in STAGES:
         assert (run / stage / "sotopia_model.json").is_file()
         assert (run / stage / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_the_example_accelerate_configs_load():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    zero2 = load_config_from_file(str(ROOT / "examples" / "accelerate" / "zero2.yaml"))
+    assert zero2.distributed_type == "DEEPSPEED" and zero2.deepspeed_config["zero_stage"] == 2
+    fsdp = load_config_from_file(str(ROOT / "examples" / "accelerate" / "fsdp.yaml"))
+    assert fsdp.distributed_type == "FSDP" and fsdp.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"

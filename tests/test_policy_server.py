@@ -144,3 +144,12 @@ def test_a_server_never_healthy_times_out_and_is_stopped(tmp_path):
 def test_bad_policy_server_fields_name_the_field(section, field):
     with pytest.raises(ConfigError, match=rf"^cfg\.yaml: field '{field}"):
         parse_config({"output_dir": "runs/x", "policy_server": section}, "cfg.yaml")
+
+
+def test_the_readme_policy_server_section_is_the_default_config():
+    import yaml
+    from readme_blocks import blocks
+
+    (section,) = [yaml.safe_load(body) for lang, body in blocks("Training") if "policy_server:" in body]
+    config = parse_config({"output_dir": "runs/x", **section}, "README.md")
+    assert config.policy_server == PolicyServerConfig()  # the defaults, as the README shows them
