@@ -80,7 +80,8 @@ def test_pipeline_plays_through_the_server_and_survives_its_death(tmp_path, tmp_
     assert not PipelineState.load(run).done("sr1")
 
     # 2. the rerun, with a healthy server: SR1 resumes (its stored episodes kept), then everything else
-    state, report = run_stages(parse_config({**raw, "policy_server": stand_in(record)}), progress=False)
+    healthy = parse_config({**raw, "policy_server": stand_in(record)})
+    state, report = run_stages(healthy, progress=False)
     assert list(state.stages) == ["bc", "eval-base", "eval-bc", "sr1", "eval-sr1"]
     sr1 = {log.id: log for log in store.iter("run/sr1")}
     assert len(sr1) == 4 and set(kept) <= set(sr1)
@@ -101,6 +102,10 @@ def test_pipeline_plays_through_the_server_and_survives_its_death(tmp_path, tmp_
     assert turns and all(turn.action.argument == SPEAK for turn in turns)
     assert state.stages["sr1"]["train"]["steps"] == 2  # trained on them after the server stopped
     assert Path(state.stages["sr1"]["model"], "sotopia_model.json").is_file()
+
+    # a stage rerun whose episodes are all stored starts no server
+    run_stages(healthy, only=["eval-sr1"], force=True, progress=False)
+    assert len(records(record)[0]) == len(starts)
     store.close()
 
 

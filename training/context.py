@@ -122,8 +122,9 @@ class StageContext:
             if not main:
                 return BatchSummary(total=len(jobs), skipped=plan(jobs, self.store, tag)[1])
             log = self.config.out.resolve() / "policy_server" / f"{tag.rpartition('/')[2]}.log"
+            to_play = bool(plan(jobs, self.store, tag)[0])  # no server for a batch that is already done
             try:
-                with serving(self.config.policy_server, policy, log) as server:
+                with serving(self.config.policy_server, policy if to_play else None, log) as server:
                     return self._play(jobs, tag, policy, server)
             except PolicyServerError as exc:
                 kept = len(self.store.combo_status(tag))

@@ -135,12 +135,18 @@ class PolicyServer:
                     f"policy server: cannot run {self.argv[0]!r} ({exc.strerror or exc}); "
                     "install it (vLLM: pip install vllm) or set policy_server.command"
                 ) from None
+        try:
+            self._wait_healthy()
+        except BaseException:  # a timeout, or Ctrl-C while it loads: leave nothing running
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.config.start_timeout
         while not self._healthy():
             if self.exited():
                 raise self._exit_error("before it was healthy")
             if time.monotonic() > deadline:
-                self.stop()
                 raise PolicyServerError(
                     f"policy server {self._name()}: not healthy at {self.health_url} after "
                     f"{self.config.start_timeout:g} s (policy_server.start_timeout); log: {self.log_path}"

@@ -1,8 +1,9 @@
 """Self-reinforcement (SOTOPIA-pi, stage 2), one round: the policy plays itself and learns from its best.
 
 1. The current policy (a trained model dir, or the base model) takes both seats,
-   ``episodes_per_scenario`` times on each training scenario; the evaluator rates
-   every episode. Resumable: done episodes are skipped.
+   ``episodes_per_scenario`` times on each training scenario (served by an inference server with
+   ``policy_server``, see ``training.policy_server``); the evaluator rates every episode. Resumable: done
+   episodes are skipped.
 2. The rated episodes pass the filters and become one example per turn.
 3. Training continues from the policy: its LoRA adapter is loaded trainable on
    top of the base model (or, for a full fine-tune, its weights are the start).
