@@ -24,21 +24,26 @@ def _errors():
     from training.config import ConfigError
     from training.dataset import ReplayError, TestSplitError
     from training.pipeline import StageOrderError
+    from training.policy_server import PolicyServerError
     from training.rl.tasks import TaskError
 
     return user_errors(
-        ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, TaskError, ValueError, OSError
-    )
+        ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, TaskError, PolicyServerError,
+        ValueError, OSError,
+    )  # fmt: skip
 
 
 def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) -> None:
     from episodes.report import print_report
     from training.config import load_config
+    from training.distributed import is_main_process
     from training.pipeline import run_stages
 
     with _errors():
         config = load_config(config_path)
         state, report = run_stages(config, only=only, force=force, progress=not quiet)
+    if not is_main_process():  # under accelerate launch, one summary (the main process's)
+        return
     for name, stage in state.stages.items():
         if only is None or name in only:
             line = f"[bold]{name}[/]: {stage['model']}"

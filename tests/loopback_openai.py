@@ -62,6 +62,7 @@ class LoopbackOpenAI:
         latency_s: float = 0.0,
         model_ids: tuple[str, ...] = ("loopback",),
         request_queue_size: int = 1024,
+        port: int = 0,  # 0: a free port
     ) -> None:
         self.responder: Responder = responder or _default_responder
         self.latency_s = latency_s
@@ -73,7 +74,7 @@ class LoopbackOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self.connections = 0  # TCP connections accepted (keep-alive reuse shows as fewer connections than calls)
-        self._server = _Server(("127.0.0.1", 0), _Handler, request_queue_size)
+        self._server = _Server(("127.0.0.1", port), _Handler, request_queue_size)
         self._server.owner = self
         self._thread: threading.Thread | None = None
 

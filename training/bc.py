@@ -48,9 +48,10 @@ def run_bc(ctx: StageContext) -> StageResult:
 
     # 2. the filtered dataset
     unrated = c.bc.source is not None and keep_unrated(logs, c.bc.filter, f"{c.source}: field 'bc.source'")
-    dataset, stats = build_dataset(logs, *c.bc.filter.build(c.seed), config=c.env, keep_unrated=unrated)
-    out.mkdir(parents=True, exist_ok=True)
-    dataset.to_json(str(out / "dataset.jsonl"))
+    filters = c.bc.filter.build(c.seed)
+    dataset, summary = ctx.shared_dataset(
+        out / "dataset.jsonl", lambda: build_dataset(logs, *filters, config=c.env, keep_unrated=unrated)
+    )
 
     # 3. train the base model on it
     result = train(
@@ -62,6 +63,6 @@ def run_bc(ctx: StageContext) -> StageResult:
         model=result.model_dir,
         tag=tag,
         episodes=counts,
-        dataset=stats.summary(),
+        dataset=summary,
         train=asdict(result),
     )

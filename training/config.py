@@ -19,6 +19,7 @@ from sotopia_env.errors import UserError
 from sotopia_env.validation import field_problem
 from training.dataset import FilterConfig
 from training.grpo import GRPOStageConfig
+from training.policy_server import PolicyServerConfig, template_problem
 from training.trainer import TrainConfig
 
 _SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
@@ -109,6 +110,7 @@ class PipelineConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     rl: GRPOStageConfig | None = None  # GRPO after the last SR round (optional); see training.grpo
+    policy_server: PolicyServerConfig | None = None  # serve the policy (vLLM) while it plays; training.policy_server
     source: str = "<config>"  # where it was read from (for error messages)
 
     @property
@@ -179,6 +181,8 @@ def _check_values(c: PipelineConfig) -> None:
         raise bad("store_retry_seconds", f"must be 0 or more, not {c.store_retry_seconds}")
     if not c.output_dir.strip():
         raise bad("output_dir", "must not be empty")
+    if c.policy_server is not None and (problem := template_problem(c.policy_server)):
+        raise bad(f"policy_server.{problem[0]}", problem[1])
     source = c.bc.source
     if source is not None:
         if (source.tag is None) == (source.path is None):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from episodes.runner import BatchSummary, Job, default_agent_factory, run_batch
+from episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
 from episodes.store import EpisodeStore, open_store
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.evaluation import Evaluator
@@ -15,6 +16,8 @@ from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.library import Library, load_library
 from sotopia_env.profiles import Scenario
 from training.config import ConfigError, PipelineConfig
+from training.distributed import main_process_first
+from training.policy_server import SERVED_MODEL, PolicyServer, PolicyServerError, serving
 
 
 @dataclass
@@ -42,23 +45,27 @@ class StageContext:
     config: PipelineConfig
     library: Library
     store: EpisodeStore
-    evaluator: Evaluator
+    evaluator: Evaluator | None  # None on the other ranks of a multi-process run: only the main process rates
     progress: bool = True
 
     @classmethod
     def open(cls, config: PipelineConfig, progress: bool = True) -> StageContext:
+        from sotopia_env.evaluator_spec import NO_EVALUATOR
         from sotopia_env.library import LibraryError
 
-        config.out.mkdir(parents=True, exist_ok=True)
-        try:
-            library = load_library(config.scenarios_dir)
-            evaluator = make_evaluator(config.evaluator.model, config.evaluator.dimensions, config.api_base)
-        except (LibraryError, ValueError) as exc:
-            raise ConfigError(f"{config.source}: {exc}") from None
-        if evaluator is None:
+        if config.evaluator.model.strip().lower() == NO_EVALUATOR:
             raise ConfigError(f"{config.source}: field 'evaluator.model': the pipeline rates its episodes; not 'none'")
-        store = open_store(config.store_url)
-        store.ping()  # a store that cannot keep the episodes fails the stage before anything is played
+        with main_process_first() as main:  # the main process makes the output dir and the store first
+            config.out.mkdir(parents=True, exist_ok=True)
+            try:
+                library = load_library(config.scenarios_dir)
+                # only the main process plays and rates: the other ranks load no judge
+                c = config.evaluator
+                evaluator = make_evaluator(c.model, c.dimensions, config.api_base) if main else None
+            except (LibraryError, ValueError) as exc:
+                raise ConfigError(f"{config.source}: {exc}") from None
+            store = open_store(config.store_url)
+            store.ping()  # a store that cannot keep the episodes fails the stage before anything is played
         return cls(config, library, store, evaluator, progress)
 
     @property
@@ -87,16 +94,50 @@ class StageContext:
                 raise ConfigError(f"{where}: scenario {s.id!r} is in the test split; never train on it")
         return chosen
 
-    def run_jobs(self, jobs: Sequence[Job], tag: str) -> BatchSummary:
+    def shared_dataset(self, path: Path, build: Callable[[], tuple[Any, Any]]) -> tuple[Any, str]:
+        """``(dataset, its summary)``: ``build()`` (a dataset and its ``DatasetStats``) on the main process, written
+        to ``path`` (JSONL); the other ranks of a multi-process run wait for it and load the same rows from there."""
+        with main_process_first() as main:
+            if main:
+                dataset, stats = build()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                dataset.to_json(str(path))
+                return dataset, stats.summary()
+            from datasets import Dataset
+
+            from sotopia_env.jsonl import json_lines
+
+            return Dataset.from_list([row for _, row in json_lines(path)]), "(built by the main process)"
+
+    def run_jobs(self, jobs: Sequence[Job], tag: str, policy: str | None = None) -> BatchSummary:
         """Run (or resume) the jobs under ``tag``, rated by the evaluator, then free the local models they loaded.
+
+        With ``policy_server`` in the config, ``policy`` (the spec of the policy these jobs play) is served by it
+        for the batch (``training.policy_server``). In a multi-process run only the main process plays and stores;
+        the other ranks wait for it (their summary counts the stored episodes as skipped).
 
         A store that stays down past ``store_retry_seconds`` ends the stage with ``EpisodesSpilled`` (a StoreError
         naming the spill file in the output dir) once every episode was played."""
+        with main_process_first() as main:
+            if not main:
+                return BatchSummary(total=len(jobs), skipped=plan(jobs, self.store, tag)[1])
+            log = self.config.out.resolve() / "policy_server" / f"{tag.rpartition('/')[2]}.log"
+            to_play = bool(plan(jobs, self.store, tag)[0])  # no server for a batch that is already done
+            try:
+                with serving(self.config.policy_server, policy if to_play else None, log) as server:
+                    return self._play(jobs, tag, policy, server)
+            except PolicyServerError as exc:
+                kept = len(self.store.combo_status(tag))
+                raise PolicyServerError(f"{exc}; the {kept} episodes stored under {tag!r} are kept") from None
+
+    def _play(self, jobs: Sequence[Job], tag: str, policy: str | None, server: PolicyServer | None) -> BatchSummary:
         c = self.config
         settings = GenerationSettings(
             temperature=c.generation.temperature, max_new_tokens=c.generation.max_new_tokens, seed=c.seed
         )
         factory = default_agent_factory(settings=settings, api_base=c.api_base)
+        if server is not None:
+            factory = _served(policy, default_agent_factory(settings=settings, api_base=server.api_base), factory)
         try:
             episodes = run_batch(
                 jobs,
@@ -111,9 +152,15 @@ class StageContext:
                 spill_dir=c.out.resolve(),
                 max_calls=c.max_calls,
             )  # play -> rate -> store, each episode through episodes.runner.run_episode
-            return asyncio.run(episodes)
+            return asyncio.run(server.guard(episodes) if server else episodes)
         finally:
-            release_backends({spec for job in jobs for spec in job.agent_specs}, keep=self.evaluator)
+            specs = {spec for job in jobs for spec in job.agent_specs} | ({SERVED_MODEL} if server else set())
+            release_backends(specs, keep=self.evaluator)
+
+
+def _served(policy: str | None, served: AgentFactory, others: AgentFactory) -> AgentFactory:
+    """Seats of ``policy`` play the served model (``SERVED_MODEL``); every other seat as ``others`` makes it."""
+    return lambda spec, seat: served(SERVED_MODEL, seat) if spec == policy else others(spec, seat)
 
 
 def release_backends(specs: set[str], keep: object = None) -> None:

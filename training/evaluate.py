@@ -26,7 +26,7 @@ def run_eval(ctx: StageContext, stage: str, policy: str) -> StageResult:
     name = eval_name(stage)
     scenarios = ctx.scenarios("eval.scenarios", c.eval.scenarios, held_out=True)
     jobs = versus_jobs(scenarios, ctx.library, policy, c.eval.partner, c.eval.episodes_per_scenario, c.seed)
-    summary = ctx.run_jobs(jobs, ctx.tag(name))
+    summary = ctx.run_jobs(jobs, ctx.tag(name), policy=policy)
     return StageResult(name=name, model=policy, tag=ctx.tag(name), episodes=batch_counts(summary))
 
 

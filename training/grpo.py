@@ -31,6 +31,7 @@ from training.trainer import (
     CHECKPOINTS_DIR,
     adapter_setup,
     decide_precision,
+    finish,
     last_checkpoint,
     load_model,
     load_tokenizer,
@@ -197,7 +198,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     log = [h for h in trainer.state.log_history if "reward" in h or "loss" in h]
 
     # 4. save a model spec
-    save_adapter_spec(trainer.model, tokenizer, out, config.base_model)
+    save_adapter_spec(trainer, out, config.base_model)
     result = GRPOResult(
         model_dir=str(out),
         task=task.name,
@@ -212,7 +213,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
         bf16=bf16,
         log=log,
     )
-    result.save(out / RESULT_FILE)
+    finish(trainer, result, out / RESULT_FILE)
     del trainer, model
     release_memory()
     return result

@@ -11,6 +11,10 @@ Everything lives under the config's ``output_dir``:
 
 A rerun skips finished stages and resumes the first unfinished one: its
 episodes already stored are skipped and training resumes from its last checkpoint.
+
+Under ``accelerate launch`` (several processes, ``training.distributed``) every rank runs the stages: the main
+process plays the episodes and writes the store and every file; the other ranks wait for it, load the
+datasets it wrote, and train with it (DDP, DeepSpeed or FSDP).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from episodes.report import Report
 from training.bc import run_bc
 from training.config import PipelineConfig
 from training.context import StageContext, StageResult
+from training.distributed import is_main_process
 from training.evaluate import eval_name, run_eval, stage_report
 from training.rl_stage import run_rl
 from training.sr import run_sr_round, stage_name
@@ -61,6 +66,9 @@ class PipelineState:
         self.save()
 
     def save(self) -> None:
+        """Written by the main process; the other ranks of a multi-process run keep it in memory only."""
+        if not is_main_process():
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"stages": self.stages}, indent=2))
@@ -125,7 +133,8 @@ def run_stages(
     ctx = StageContext.open(config, progress)
     try:
         state = PipelineState.load(config.out)
-        (config.out / "config.json").write_text(json.dumps(_jsonable(config), indent=2))
+        if is_main_process():
+            (config.out / "config.json").write_text(json.dumps(_jsonable(config), indent=2))
         for name in wanted:
             if state.done(name) and not force:
                 continue
@@ -150,6 +159,8 @@ def write_report(ctx: StageContext, state: PipelineState) -> Report:
         if state.done(name):
             rows.append((stage, str(state.stages[name]["model"]), str(state.stages[name]["tag"])))
     report = stage_report(ctx.store, rows)
+    if not is_main_process():
+        return report
     out = ctx.config.out
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
     if report.rows and report.dimensions:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from training.config import ConfigError
 from training.context import StageContext, StageResult, release_backends
+from training.distributed import main_process_first
 from training.grpo import train_grpo
 from training.rl.tasks import TaskError
 
@@ -55,7 +56,9 @@ def own_episodes(ctx: StageContext, out: Path) -> str:
     from training.pipeline import trained_stages
 
     tags = [ctx.tag(stage) for stage in trained_stages(ctx.config) if stage not in ("base", STAGE)]
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "episodes.jsonl"
-    export_jsonl((log for tag in tags for log in ctx.store.iter(tag)), path)
+    with main_process_first() as main:  # the other ranks read the file the main process wrote
+        if main:
+            out.mkdir(parents=True, exist_ok=True)
+            export_jsonl((log for tag in tags for log in ctx.store.iter(tag)), path)
     return str(path)

@@ -1,8 +1,9 @@
 """Self-reinforcement (SOTOPIA-pi, stage 2), one round: the policy plays itself and learns from its best.
 
 1. The current policy (a trained model dir, or the base model) takes both seats,
-   ``episodes_per_scenario`` times on each training scenario; the evaluator rates
-   every episode. Resumable: done episodes are skipped.
+   ``episodes_per_scenario`` times on each training scenario (served by an inference server with
+   ``policy_server``, see ``training.policy_server``); the evaluator rates every episode. Resumable: done
+   episodes are skipped.
 2. The rated episodes pass the filters and become one example per turn.
 3. Training continues from the policy: its LoRA adapter is loaded trainable on
    top of the base model (or, for a full fine-tune, its weights are the start).
@@ -34,18 +35,17 @@ def run_sr_round(ctx: StageContext, round_: int, policy: str) -> StageResult:
     # 1. self-play, rated
     scenarios = ctx.scenarios("sr.scenarios", c.sr.scenarios)
     jobs = self_play_jobs(scenarios, ctx.library, policy, c.sr.episodes_per_scenario, c.seed + round_)
-    summary = ctx.run_jobs(jobs, tag)
+    summary = ctx.run_jobs(jobs, tag, policy=policy)
 
     # 2. the filtered dataset
     keys = {job.key for job in jobs}
     logs = [log for log in ctx.store.iter(tag) if log.combo_key in keys]
-    dataset, stats = build_dataset(logs, *c.sr.filter.build(c.seed + round_), config=c.env)
-    result = StageResult(name=name, model=policy, tag=tag, episodes=batch_counts(summary), dataset=stats.summary())
+    filters = c.sr.filter.build(c.seed + round_)
+    dataset, stats = ctx.shared_dataset(out / "dataset.jsonl", lambda: build_dataset(logs, *filters, config=c.env))
+    result = StageResult(name=name, model=policy, tag=tag, episodes=batch_counts(summary), dataset=stats)
     if len(dataset) == 0:
         result.note = "no example passed the filters; the policy is unchanged"
         return result
-    out.mkdir(parents=True, exist_ok=True)
-    dataset.to_json(str(out / "dataset.jsonl"))
 
     # 3. keep training the policy
     if c.train.full_finetune or not (Path(policy) / MODEL_REF).is_file():

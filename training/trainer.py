@@ -219,12 +219,11 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     trainer.train(resume_from_checkpoint=resume)
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
 
-    # 5. save something the local backend can load
+    # 5. save something the local backend can load (the main process writes; every rank joins the gather)
     if config.full_finetune:
-        trainer.save_model(str(out))
-        tokenizer.save_pretrained(str(out))
+        trainer.save_model(str(out))  # with the tokenizer
     else:
-        save_adapter_spec(trainer.model, tokenizer, out, config.base_model)
+        save_adapter_spec(trainer, out, config.base_model)
     result = TrainResult(
         model_dir=str(out),
         losses=losses,
@@ -235,17 +234,27 @@ def train(dataset, config: TrainConfig) -> TrainResult:
         qlora=qlora,
         bf16=bf16,
     )
-    result.save(out / RESULT_FILE)
+    finish(trainer, result, out / RESULT_FILE)
     del trainer, model
     release_memory()
     return result
 
 
-def save_adapter_spec(model, tokenizer, out: Path, base_model: str) -> None:
-    """``out`` as a model spec: the adapter and tokenizer in ``out/adapter``, ``sotopia_model.json`` naming both."""
-    model.save_pretrained(str(out / ADAPTER_DIR))
-    tokenizer.save_pretrained(str(out / ADAPTER_DIR))
-    write_model_ref(out, base_model, ADAPTER_DIR)
+def save_adapter_spec(trainer, out: Path, base_model: str) -> None:
+    """``out`` as a model spec: the trained adapter and the tokenizer in ``out/adapter`` (``trainer.save_model``:
+    the main process writes; under DeepSpeed ZeRO-3 or FSDP every rank joins the gather), and
+    ``sotopia_model.json`` naming both."""
+    trainer.save_model(str(out / ADAPTER_DIR))
+    if trainer.args.should_save:
+        write_model_ref(out, base_model, ADAPTER_DIR)
+
+
+def finish(trainer, result: Any, path: Path) -> None:
+    """The main process saves ``result`` (a ``TrainResult`` or ``GRPOResult``) to ``path``; every rank waits for
+    it, so that the next stage on any rank finds the saved model spec."""
+    if trainer.args.should_save:
+        result.save(path)
+    trainer.accelerator.wait_for_everyone()
 
 
 def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
