@@ -155,6 +155,6 @@ def test_the_readme_policy_server_section_is_the_default_config():
     import yaml
     from readme_blocks import blocks
 
-    (section,) = [yaml.safe_load(body) for lang, body in blocks("Training") if "policy_server:" in body]
+    (section,) = [yaml.safe_load(body) for lang, body in blocks("Running at scale") if "policy_server:" in body]
     config = parse_config({"output_dir": "runs/x", **section}, "README.md")
     assert config.policy_server == PolicyServerConfig()  # the defaults, as the README shows them
