@@ -18,8 +18,8 @@ answer every call after ``--latency``; agents always speak, so each episode make
 - max in flight = the largest number of calls one server held at once (summed over servers: an upper bound).
 
 "--max-calls 64 (as shipped)" rows cap the calls per model at 64, what every batch got before the limit
-followed ``--concurrency``. The "Ray, 2 local workers" rows are the Ray helper's to fill (``ray_rows``);
-until ``benchmark --ray`` exists they say so.
+followed ``--concurrency``. "Ray, 2 local workers" rows add ``--ray local --ray-workers 2`` (1 server): the
+episodes are sharded over two Ray actors; their client CPU adds the Ray cluster's processes and workers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import contextlib
 import math
 import re
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -115,16 +116,55 @@ def run_level(
 
 
 def ray_rows(servers: list[LoopbackProcess], levels: list[int], args: argparse.Namespace) -> list[tuple[Any, ...]]:
-    """RAY HELPER: fill this in. Rows for ``benchmark --ray`` with 2 local workers (``ray.init(num_cpus=2)``),
-    one per concurrency level, in the same columns as ``row``. Until ``--ray`` exists: one row saying so."""
-    from typer.testing import CliRunner
+    """Rows for ``benchmark --ray local --ray-workers 2``, one per concurrency level, in ``row``'s columns. The
+    first run starts the local cluster in this process (outside the batch's wall); the client CPU adds the
+    cluster's processes and its workers (this process's descendants but the servers), sampled while it runs."""
+    import psutil
 
-    from sotopia_cli.main import app
+    servers_pids = {s._proc.pid for s in servers if s._proc is not None}
+    me = psutil.Process()
+    rows = []
+    for concurrency in levels:
+        seen: dict[int, float] = {}
+        before = _tree_cpu(me, servers_pids, seen)
+        stop = threading.Event()
+        sampler = threading.Thread(target=_sample_tree, args=(me, servers_pids, seen, stop), daemon=True)
+        sampler.start()
+        extra = ["--ray", "local", "--ray-workers", "2"]
+        r = run_level(servers, concurrency, args.waves * concurrency, args.turns, extra)
+        stop.set()
+        sampler.join()
+        children = sum(seen.values()) - before
+        calls = r["calls"] * max(1, r["episodes"])
+        r["cpu_ms_call"] += children / max(1, calls) * 1e3
+        r["cpu_pct"] += 100 * children / r["command_wall"]
+        rows.append(row("Ray, 2 local workers", len(servers), concurrency, r))
+    return rows
 
-    help_text = CliRunner().invoke(app, ["benchmark", "--help"]).output
-    if "--ray" not in help_text:
-        return [("Ray, 2 local workers", len(servers), "-", "not available yet: benchmark has no --ray", *[""] * 8)]
-    return [("Ray, 2 local workers", len(servers), "-", "--ray exists: ray_rows() still to be written", *[""] * 8)]
+
+def _tree_cpu(root: Any, skip: set[int], seen: dict[int, float]) -> float:
+    """Record the CPU seconds of ``root``'s descendants (but ``skip``), the highest per pid; their sum now."""
+    import psutil
+
+    try:
+        children = root.children(recursive=True)
+    except psutil.Error:
+        return sum(seen.values())
+    for proc in children:
+        if proc.pid in skip:
+            continue
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        seen[proc.pid] = max(seen.get(proc.pid, 0.0), times.user + times.system)
+    return sum(seen.values())
+
+
+def _sample_tree(root: Any, skip: set[int], seen: dict[int, float], stop: threading.Event) -> None:
+    while not stop.wait(0.2):
+        _tree_cpu(root, skip, seen)
+    _tree_cpu(root, skip, seen)
 
 
 def row(setup: str, n_servers: int, concurrency: int, r: dict[str, Any]) -> tuple[Any, ...]:

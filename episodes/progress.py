@@ -1,9 +1,10 @@
-"""A rich progress bar (with ETA) over concurrently running coroutines."""
+"""A rich progress bar (with ETA) over concurrently running coroutines, or over work counted elsewhere."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -16,14 +17,12 @@ def note(line: str) -> None:
     Console().print(line, highlight=False)
 
 
-async def track(coros: Sequence[Awaitable[T]], description: str, enabled: bool = True) -> list[T]:
-    """Await all ``coros`` concurrently; results in completion order."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    results: list[T] = []
-    if not enabled or not tasks:
-        for fut in asyncio.as_completed(tasks):
-            results.append(await fut)
-        return results
+@contextlib.contextmanager
+def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+    """A bar of ``total`` steps; yields ``update(completed)``, a no-op when not ``enabled``."""
+    if not enabled or not total:
+        yield lambda completed: None
+        return
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -42,8 +41,16 @@ async def track(coros: Sequence[Awaitable[T]], description: str, enabled: bool =
         TimeRemainingColumn(),
     )
     with Progress(*columns, transient=False) as bar:
-        task_id = bar.add_task(description, total=len(tasks))
+        task_id = bar.add_task(description, total=total)
+        yield lambda completed: bar.update(task_id, completed=completed)
+
+
+async def track(coros: Sequence[Awaitable[T]], description: str, enabled: bool = True) -> list[T]:
+    """Await all ``coros`` concurrently; results in completion order."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    results: list[T] = []
+    with progress_bar(description, len(tasks), enabled) as update:
         for fut in asyncio.as_completed(tasks):
             results.append(await fut)
-            bar.advance(task_id)
+            update(len(results))
     return results

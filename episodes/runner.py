@@ -2,8 +2,8 @@
 
 Every command and stage goes through ``run_episode``: ``sotopia-env run`` (one episode),
 ``run_batch`` (``benchmark`` and the training pipeline's episode stages: experts, self-play,
-evaluation), and ``episodes evaluate`` (``episodes.rate``, which hands it episodes played
-before, so only the rate -> store tail runs). The steps:
+evaluation; with ``--ray``, inside each Ray actor of ``episodes.ray_batch``), and ``episodes evaluate``
+(``episodes.rate``, which hands it episodes played before, so only the rate -> store tail runs). The steps:
 
 1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
    or any other exception, makes a ``failed`` log instead (a batch never dies of one episode).
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -239,6 +239,12 @@ def plan(jobs: Sequence[Job], store: EpisodeStore, tag: str, rerun_failed: bool 
     return todo, len(jobs) - len(todo)
 
 
+async def _then(episode: Awaitable[EpisodeLog], callback: Callable[[EpisodeLog], None]) -> EpisodeLog:
+    log = await episode
+    callback(log)
+    return log
+
+
 async def run_batch(
     jobs: Sequence[Job],
     store: EpisodeStore,
@@ -252,8 +258,10 @@ async def run_batch(
     retry_seconds: float = DEFAULT_RETRY_SECONDS,
     spill_dir: Path | None = None,
     max_calls: int | None = None,
+    on_episode: Callable[[EpisodeLog], None] | None = None,
 ) -> BatchSummary:
     """Run every job not already done under ``tag`` through ``run_episode``, ``concurrency`` at a time.
+    ``on_episode`` is called with each finished episode (a Ray worker reports its progress through it).
 
     Each remote model takes as many calls at once as the episodes in flight can make (``calls_in_flight``),
     or ``max_calls`` where given (a rate-limited API); the limits are printed once when ``progress`` is on.
@@ -273,6 +281,8 @@ async def run_batch(
     slot = asyncio.Semaphore(max(1, concurrency))
     agents = agent_factory or default_agent_factory()
     episodes = [run_episode(j, evaluator, writer, agents=agents, tag=tag, config=config, slot=slot) for j in todo]
+    if on_episode is not None:
+        episodes = [_then(episode, on_episode) for episode in episodes]
     limit = max_calls or calls_in_flight(todo, concurrency, config)
 
     from episodes.progress import note, track

@@ -7,6 +7,7 @@ The store is checked before anything is played; every episode then goes through 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -17,11 +18,15 @@ from sotopia_cli.options import (
     ApiBase,
     Dimensions,
     MaxCalls,
+    RayAddress,
+    RayGpus,
+    RayWorkers,
     ScenariosDir,
     Store,
     StoreRetry,
     api_base_value,
     library,
+    ray_config,
 )
 
 
@@ -53,20 +58,26 @@ def benchmark(
     json_out: Path = typer.Option(None, "--json", help="Also write the report as JSON."),
     png: Path = typer.Option(None, "--png", help="Also draw the report as a PNG chart."),
     agents_path: list[Path] = AgentsPath,
+    ray: str = RayAddress,
+    ray_workers: int = RayWorkers,
+    ray_gpus_per_worker: float = RayGpus,
 ) -> None:
     """Run MODEL against PARTNER on every chosen scenario, in both seats (verifiable scenarios: MODEL in seat 1
     only); resumable under its tag."""
     from agents.loading import AgentSpecError
     from agents.rule_partners import check_rule_specs
     from episodes.jobs import versus_jobs
+    from episodes.ray_batch import BatchRecipe, run_batch_on_ray
     from episodes.report import build_report, plot_report, print_report
     from episodes.runner import default_agent_factory, run_batch
-    from episodes.store import StoreError
+    from episodes.store import StoreError, default_store_url
     from sotopia_cli.episodes_cmds import open_store_or_fail
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
+    from sotopia_env.errors import UserError
     from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.library import LibraryError
+    from sotopia_env.llm_evaluator import dimensions_from_config
     from sotopia_env.sampler import NoEligibleCharacters
 
     st = open_store_or_fail(store, writable=True)
@@ -75,26 +86,43 @@ def benchmark(
         chosen = lib.select(scenarios)
         check_rule_specs(chosen, ["", partner], evaluator)
         jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
-        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
+        make_judge = partial(make_evaluator, evaluator, dimensions, api_base_value(api_base))
+        dimensions_from_config(dimensions)  # checked here; with --ray every worker builds its own judge
+        judge = make_judge() if ray is None else None
     tag = tag or f"benchmark-{model}-vs-{partner}"
-    factory = default_agent_factory(settings=GenerationSettings(seed=seed), api_base=api_base_value(api_base))
+    settings = GenerationSettings(seed=seed)
+    make_agents = partial(default_agent_factory, settings=settings, api_base=api_base_value(api_base))
     config = EnvConfig(max_turns=max_turns)
     freeze_startup_objects()
-    with user_errors(StoreError):
-        summary = asyncio.run(
-            run_batch(
-                jobs,
-                st,
+    with user_errors(UserError):  # StoreError, RayError
+        if ray is not None:
+            recipe = BatchRecipe(
+                store or default_store_url(),
                 tag,
-                judge,
-                factory,
+                make_agents,
+                make_judge,
                 concurrency,
                 config,
                 rerun_failed,
-                retry_seconds=store_retry_seconds,
+                store_retry_seconds,
                 max_calls=max_calls,
             )
-        )
+            summary = run_batch_on_ray(jobs, st, recipe, ray_config(ray, ray_workers, ray_gpus_per_worker))
+        else:
+            summary = asyncio.run(
+                run_batch(
+                    jobs,
+                    st,
+                    tag,
+                    judge,
+                    make_agents(),
+                    concurrency,
+                    config,
+                    rerun_failed,
+                    retry_seconds=store_retry_seconds,
+                    max_calls=max_calls,
+                )
+            )
     console.print(
         f"{summary.total} episodes: {summary.skipped} already done, {summary.rated} rated, "
         f"{summary.unrated} unrated, {summary.failed} failed ({summary.wall_seconds:.1f}s)"

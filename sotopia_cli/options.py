@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from episodes.ray_batch import RayConfig
 
 ScenariosDir = typer.Option(None, "--scenarios-dir", help="Extra scenario/character YAML files or directories.")
 Store = typer.Option(
@@ -85,3 +89,25 @@ def library(extra: list[Path] | None):
 
     with user_errors(LibraryError, OSError):
         return load_library(extra or [])
+
+
+RayAddress = typer.Option(
+    None,
+    "--ray",
+    metavar="ADDRESS",
+    help="Run the episodes on Ray actors: '--ray local' starts a local cluster; '--ray auto' joins the one "
+    "'ray start --head' runs here; HOST:PORT or ray://HOST:10001 a remote one (needs a redis:// store).",
+)
+RayWorkers = typer.Option(2, "--ray-workers", min=1, help="Ray actors sharing the batch (with --ray).")
+RayGpus = typer.Option(
+    0.0, "--ray-gpus-per-worker", min=0, help="GPUs each Ray actor reserves; 1 gives each its own local model."
+)
+
+
+def ray_config(address: str | None, workers: int, gpus: float) -> RayConfig | None:
+    """The ``RayConfig`` the --ray options ask for; None without --ray."""
+    if address is None:
+        return None
+    from episodes.ray_batch import RayConfig
+
+    return RayConfig(address=address, num_workers=workers, gpus_per_worker=gpus)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from sotopia_cli.common import console, user_errors
-from sotopia_cli.options import Store
+from sotopia_cli.options import RayAddress, Store
 
 train_app = typer.Typer(
     help="Train agents: behaviour cloning (BC), self-reinforcement (SR), RL on social rewards (GRPO), evaluation.",
@@ -20,6 +20,7 @@ Quiet = typer.Option(False, "--quiet", help="No progress bars.")
 
 
 def _errors():
+    from episodes.ray_batch import RayError
     from episodes.store import StoreError
     from training.config import ConfigError
     from training.dataset import ReplayError, TestSplitError
@@ -29,11 +30,11 @@ def _errors():
 
     return user_errors(
         ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, TaskError, PolicyServerError,
-        ValueError, OSError,
+        RayError, ValueError, OSError,
     )  # fmt: skip
 
 
-def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) -> None:
+def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool, ray: str | None = None) -> None:
     from episodes.report import print_report
     from training.config import load_config
     from training.distributed import is_main_process
@@ -41,6 +42,12 @@ def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool) ->
 
     with _errors():
         config = load_config(config_path)
+        if ray is not None:  # --ray ADDRESS over the config's ray: section
+            import dataclasses
+
+            from episodes.ray_batch import RayConfig
+
+            config.ray = dataclasses.replace(config.ray or RayConfig(), address=ray)
         state, report = run_stages(config, only=only, force=force, progress=not quiet)
     if not is_main_process():  # under accelerate launch, one summary (the main process's)
         return
@@ -69,15 +76,15 @@ def _train_line(train: dict) -> str:
 
 
 @train_app.command("pipeline")
-def pipeline(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet) -> None:
+def pipeline(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet, ray: str = RayAddress) -> None:
     """Run every stage (eval-base, bc, eval-bc, sr1, eval-sr1, ...), resuming at the first unfinished one."""
-    _run(config, None, force, quiet)
+    _run(config, None, force, quiet, ray)
 
 
 @train_app.command("bc")
-def bc(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet) -> None:
+def bc(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet, ray: str = RayAddress) -> None:
     """Behaviour cloning only: expert episodes on the train scenarios, rated, filtered, trained on."""
-    _run(config, ["bc"], force, quiet)
+    _run(config, ["bc"], force, quiet, ray)
 
 
 @train_app.command("sr")
@@ -86,6 +93,7 @@ def sr(
     round_: int = typer.Option(None, "--round", min=1, help="Only this round (default: every round)."),
     force: bool = Force,
     quiet: bool = Quiet,
+    ray: str = RayAddress,
 ) -> None:
     """Self-reinforcement rounds only: the policy plays itself, is rated, filtered and trained further."""
     from training.config import load_config
@@ -93,7 +101,7 @@ def sr(
     with _errors():
         rounds = load_config(config).sr.rounds
     wanted = [f"sr{round_}"] if round_ else [f"sr{k}" for k in range(1, rounds + 1)]
-    _run(config, wanted, force, quiet)
+    _run(config, wanted, force, quiet, ray)
 
 
 @train_app.command("rl")
@@ -133,6 +141,7 @@ def evaluate(
     stage: list[str] = typer.Option(None, "--stage", help="Stage(s) to evaluate: base, bc, sr1, ... (default: all)."),
     force: bool = Force,
     quiet: bool = Quiet,
+    ray: str = RayAddress,
 ) -> None:
     """Evaluate finished stages against the fixed partner on held-out scenarios; print every stage in one table."""
     from training.config import load_config
@@ -140,7 +149,7 @@ def evaluate(
 
     with _errors():
         stages = stage or trained_stages(load_config(config))
-    _run(config, [f"eval-{s}" for s in stages], force, quiet)
+    _run(config, [f"eval-{s}" for s in stages], force, quiet, ray)
 
 
 @train_app.command("status")

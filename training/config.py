@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
+from episodes.ray_batch import RayConfig
 from sotopia_env.backends.endpoints import join_api_bases
 from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
@@ -101,6 +102,7 @@ class PipelineConfig:
     store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
     api_base: str | list[str] | None = None  # one server URL, or several (a list or comma-separated): joined on load
     max_calls: int | None = None  # cap on calls in flight per model (default: one per episode in flight)
+    ray: RayConfig | None = None  # play the episode stages on Ray actors: {address, num_workers, gpus_per_worker}
     scenarios_dir: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -175,6 +177,10 @@ def _check_values(c: PipelineConfig) -> None:
         c.api_base = join_api_bases(c.api_base)
     except ValueError as exc:
         raise bad("api_base", str(exc)) from None
+    if c.ray is not None and c.ray.num_workers < 1:
+        raise bad("ray.num_workers", f"must be at least 1, not {c.ray.num_workers}")
+    if c.ray is not None and c.ray.gpus_per_worker < 0:
+        raise bad("ray.gpus_per_worker", f"must be 0 or more, not {c.ray.gpus_per_worker}")
     if c.sr.rounds < 0:
         raise bad("sr.rounds", f"must be 0 or more, not {c.sr.rounds}")
     if c.store_retry_seconds < 0:

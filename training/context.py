@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from episodes.ray_batch import BatchRecipe, run_batch_on_ray
 from episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
 from episodes.store import EpisodeStore, open_store
 from sotopia_env.backends.base import GenerationSettings
@@ -135,16 +137,29 @@ class StageContext:
         settings = GenerationSettings(
             temperature=c.generation.temperature, max_new_tokens=c.generation.max_new_tokens, seed=c.seed
         )
-        factory = default_agent_factory(settings=settings, api_base=c.api_base)
-        if server is not None:
-            factory = _served(policy, default_agent_factory(settings=settings, api_base=server.api_base), factory)
+        make_agents = partial(stage_agents, settings, c.api_base, policy, server.api_base if server else None)
         try:
+            if c.ray is not None:  # the same run_batch in every Ray actor, with backends each builds itself
+                judge = partial(make_evaluator, c.evaluator.model, c.evaluator.dimensions, c.api_base)
+                recipe = BatchRecipe(
+                    c.store_url,
+                    tag,
+                    make_agents,
+                    judge,
+                    c.concurrency,
+                    c.env,
+                    False,
+                    c.store_retry_seconds,
+                    c.out.resolve(),
+                    c.max_calls,
+                )
+                return run_batch_on_ray(jobs, self.store, recipe, c.ray, self.progress)
             episodes = run_batch(
                 jobs,
                 self.store,
                 tag,
                 self.evaluator,
-                factory,
+                make_agents(),
                 c.concurrency,
                 c.env,
                 progress=self.progress,
@@ -156,6 +171,17 @@ class StageContext:
         finally:
             specs = {spec for job in jobs for spec in job.agent_specs} | ({SERVED_MODEL} if server else set())
             release_backends(specs, keep=self.evaluator)
+
+
+def stage_agents(
+    settings: GenerationSettings, api_base: str | None, policy: str | None, served_api_base: str | None
+) -> AgentFactory:
+    """The agents of a stage's episodes; with a policy server (at ``served_api_base``), ``policy`` plays through it.
+    A module-level function, so that Ray workers build the same agents from a ``partial`` of it."""
+    factory = default_agent_factory(settings=settings, api_base=api_base)
+    if served_api_base is None:
+        return factory
+    return _served(policy, default_agent_factory(settings=settings, api_base=served_api_base), factory)
 
 
 def _served(policy: str | None, served: AgentFactory, others: AgentFactory) -> AgentFactory:
