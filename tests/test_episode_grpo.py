@@ -152,3 +152,27 @@ def test_pipeline_runs_rl_task_episodes_and_evaluates_it(tmp_path, tmp_path_fact
     finished = dict(state.stages)
     state, _ = run_pipeline(parse_config(raw, "cfg.yaml"), progress=False)  # done: every stage skipped
     assert state.stages == finished
+
+
+def test_train_grpo_cli_runs_episodes_and_a_bad_selector_is_one_line(tmp_path, tmp_path_factory):
+    import yaml
+    from typer.testing import CliRunner
+
+    from sotopia_cli.main import app
+    from training.config import load_grpo_config
+
+    example = load_grpo_config(Path(__file__).resolve().parents[1] / "examples" / "grpo-episodes-cpu.yaml")
+    assert (example.task, example.partner, example.evaluator) == ("episodes", "rule-partner", "verifiable")
+    raw = {
+        "task": "episodes", "base_model": tiny_model_spec(tmp_path_factory), "output_dir": str(tmp_path / "rl"),
+        "group_size": 2, "max_steps": 1, "max_turns": 2, "max_completion_length": 8,
+    }  # fmt: skip
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(app, ["train", "grpo", str(tmp_path / "ok.yaml"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "grpo (episodes: 24 starts)" in result.output and "unrated episodes: 0" in result.output
+
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**raw, "scenarios": "no-such-scenario"}))
+    result = CliRunner().invoke(app, ["train", "grpo", str(tmp_path / "bad.yaml"), "--quiet"])
+    assert result.exit_code != 0 and "no-such-scenario" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output

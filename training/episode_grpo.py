@@ -47,6 +47,7 @@ from agents.base import Agent
 from agents.llm import LLMAgent
 from episodes.log import EpisodeLog
 from sotopia_env.backends.base import Backend, ChatRequest, Completion, GenerationSettings
+from sotopia_env.backends.resolve import release_backends
 from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import Evaluator
@@ -372,6 +373,7 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
 
     model.eval()
     save_adapter_spec(model, tokenizer, out, config.base_model)
+    release_backends({rollout.partner}, keep=getattr(rollout.evaluator, "backend", None))  # a model partner's weights
     result = GRPOResult(
         model_dir=str(out),
         task="episodes",

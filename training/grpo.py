@@ -142,6 +142,16 @@ class GRPOResult:
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
 
+    def dataset(self) -> str:
+        """What it trained on, in words (task ``episodes``: its ``prompts`` are group starts)."""
+        return f"{self.task}: {self.prompts} {'starts' if self.task == 'episodes' else 'prompts'}"
+
+    def none_note(self) -> str:
+        """The ``None`` rewards and skipped updates, in words (task ``episodes``: unrated episodes, groups)."""
+        if self.task == "episodes":
+            return f"unrated episodes: {self.none_rewards}, groups without signal skipped: {self.unscorable_batches}"
+        return f"None rewards: {self.none_rewards}, unscorable batches skipped: {self.unscorable_batches}"
+
 
 @dataclass
 class NoneTally:

@@ -43,13 +43,9 @@ def run_rl(ctx: StageContext, policy: str) -> StageResult:
     finally:
         if "judge" in config.task_options:
             release_backends({config.task_options["judge"]}, keep=ctx.evaluator)
-    if result.task == "episodes":
-        dataset = f"episodes: {result.prompts} starts"
-        note = f"{result.none_rewards} unrated episodes, {result.unscorable_batches} groups without signal skipped"
-    else:
-        dataset = f"{result.task}: {result.prompts} prompts"
-        note = f"{result.none_rewards} None rewards, {result.unscorable_batches} unscorable batches skipped"
-    return StageResult(name=STAGE, model=result.model_dir, dataset=dataset, train=asdict(result), note=note)
+    return StageResult(
+        name=STAGE, model=result.model_dir, dataset=result.dataset(), train=asdict(result), note=result.none_note()
+    )
 
 
 def own_episodes(ctx: StageContext, out: Path) -> str:
