@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", type=Path, help="train into this folder (kept; reruns resume)")
     args = parser.parse_args()
     import torch
 
@@ -85,12 +87,13 @@ def main() -> None:
     t0 = time.perf_counter()
     before = evaluate("smollm2-135m", args.max_turns, args.max_new_tokens, args.seed)
     t_before = time.perf_counter() - t0
+    print(f"before ({t_before:.0f} s): {json.dumps(before['rows'])}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOStageConfig(
-            task="episodes", base_model="smollm2-135m", output_dir=str(Path(tmp) / "rl"), max_steps=args.steps,
+            task="episodes", base_model="smollm2-135m", max_steps=args.steps,
             group_size=args.group_size, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
-            learning_rate=args.lr, beta=0.0, temperature=1.0, batch_size=4, save_steps=1000, progress=False,
-            seed=args.seed,
+            learning_rate=args.lr, beta=0.0, temperature=1.0, batch_size=4, progress=False,
+            seed=args.seed, save_steps=1, output_dir=str(args.keep or Path(tmp) / "rl"),
         )  # fmt: skip
         t1 = time.perf_counter()
         result = train_grpo(config)

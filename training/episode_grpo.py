@@ -245,10 +245,10 @@ async def play_many(
 
 
 def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int) -> Backend:
-    """A local backend on the live model (a fresh one per step: no prefix cache from older weights)."""
+    """A local backend on the live model, a fresh one per step: its prefix cache holds this step's weights only."""
     from sotopia_env.backends.local import LocalBackend
 
-    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=0)
+    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=256)
 
 
 # -- the loop ---------------------------------------------------------------------------------------------------
