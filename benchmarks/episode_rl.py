@@ -100,6 +100,7 @@ def main() -> None:
         t_train = time.perf_counter() - t1
         after = evaluate(result.model_dir, args.max_turns, args.max_new_tokens, args.seed)
     total = time.perf_counter() - t0
+    from _common import machine_line
 
     print(f"## Episode GRPO, SmolLM2-135M vs rule-partner, verifiable:test ({before['episodes']} instances)\n")
     print("| policy | mean goal (0-10) | success rate | mean turns | invalid-action share | unrated |")
@@ -114,7 +115,7 @@ def main() -> None:
         f"\ntraining: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max), "
         f"train rewards per step {[None if r is None else round(r, 2) for r in result.rewards]}, "
         f"{result.unscorable_batches} groups without signal, {result.none_rewards} unrated episodes; "
-        f"eval before {t_before:.0f} s, training {t_train:.0f} s, total {total:.0f} s (CPU, shared)"
+        f"eval before {t_before:.0f} s, training {t_train:.0f} s, total {total:.0f} s; {machine_line()}"
     )
     if args.json:
         args.json.write_text(json.dumps({"before": before, "after": after, "train": result.log}, indent=2))
