@@ -31,7 +31,9 @@ def benchmark(
     evaluator: str = typer.Option(
         "smollm2-135m", "--evaluator", help="The judge's model spec, or 'verifiable' (exact, verifiable scenarios)."
     ),
-    scenarios: str = typer.Option("test", "--scenarios", help="all, hard, test, dev, train, a tag, or comma ids."),
+    scenarios: str = typer.Option(
+        "test", "--scenarios", help="all, hard, test, dev, train, a tag, TAG:SPLIT (verifiable:test), or comma ids."
+    ),
     episodes_per_scenario: int = typer.Option(
         1, "--episodes-per-scenario", min=1, help="Character pairings per scenario (each in both seats)."
     ),

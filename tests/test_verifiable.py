@@ -263,7 +263,9 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     result = CliRunner().invoke(app, [*args, "--evaluator", "verifiable", "--store", store])
     assert result.exit_code == 0, result.output
     assert "deal" in result.output and "success" in result.output
-    bad = CliRunner().invoke(app, [*args[:2], "conflict-harsh-review", *args[3:], "--evaluator", "verifiable"])
+    bad = CliRunner().invoke(
+        app, [*args[:2], "conflict-harsh-review", *args[3:], "--evaluator", "verifiable", "--no-store"]
+    )
     assert bad.exit_code != 0 and "no 'verifiable' facts" in bad.output and "Traceback" not in bad.output
 
     bench = ["benchmark", "--model", "verifiable_agents:Buyer", "--partner", "rule-partner", "--evaluator"]

@@ -26,20 +26,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from agents.loading import RULE_PARTNER
-from episodes.log import EpisodeLog
 from sotopia_env.actions import AgentAction, InvalidAction, parse_action
 from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluation import run_to_completion
 from sotopia_env.profiles import VerifiableFacts
 from sotopia_env.verifiable import PARTNER_SEAT, outcome_after
-from training.dataset import Sample
 from training.rewards._text import completion_text
 from training.rl.tasks import RLTask, TaskError, register_task
+
+if TYPE_CHECKING:
+    from episodes.log import EpisodeLog
+    from training.dataset import Sample
 
 SCORE_SCHEMA = {
     "type": "object",
