@@ -115,7 +115,8 @@ def grpo(
     config: Path = typer.Argument(..., help="A GRPO YAML config (see examples/grpo-socialiqa-cpu.yaml)."),
     quiet: bool = Quiet,
 ) -> None:
-    """RL on social rewards alone: GRPO with a LoRA on a task's prompts (socialiqa, social_r1, item_selection).
+    """RL on social rewards alone: GRPO with a LoRA on a task's prompts (socialiqa, social_r1, item_selection,
+    social_turns) or on whole episodes (episodes: see examples/grpo-episodes-cpu.yaml).
 
     Resumes from the last checkpoint in OUTPUT_DIR/checkpoints; OUTPUT_DIR becomes a model spec."""
     import dataclasses
@@ -128,9 +129,9 @@ def grpo(
         if quiet:
             cfg = dataclasses.replace(cfg, progress=False)
         result = train_grpo(cfg)
-    line = f"[bold]grpo[/] ({result.task}, {result.prompts} prompts): {result.model_dir}"
+    line = f"[bold]grpo[/] ({result.dataset()}): {result.model_dir}"
     line += _train_line(dataclasses.asdict(result))
-    line += f"\n  None rewards: {result.none_rewards}, unscorable batches skipped: {result.unscorable_batches}"
+    line += f"\n  {result.none_note()}"
     console.print(line, highlight=False)
     console.print(f"model spec in {result.model_dir} (play it: sotopia-env run --agent1 {result.model_dir})")
 

@@ -166,7 +166,7 @@ def test_cli_train_grpo_and_its_one_line_errors(tmp_path, tiny_model_dir):
     path.write_text(yaml.safe_dump(raw))
     result = runner.invoke(app, ["train", "grpo", str(path), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "grpo (socialiqa, 2 prompts)" in result.output and "None rewards: 0" in result.output
+    assert "grpo (socialiqa: 2 prompts)" in result.output and "None rewards: 0" in result.output
     assert (Path(config.output_dir) / "sotopia_model.json").is_file()
 
     for bad, expected in (

@@ -82,6 +82,18 @@ class GRPOStageConfig:
     logging_steps: int = 1
     progress: bool = True
     extra_args: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
+    # task "episodes" only (training.episode_grpo): whole episodes in SocialEnv as rollouts
+    partner: str = "rule-partner"  # any agent spec, or "policy": a frozen copy of the starting policy
+    group_size: int = 4  # episodes per group (same start, different sampling seeds)
+    groups_per_step: int = 1  # groups (starts) per GRPO step
+    max_turns: int = 8  # the env's turn limit
+    scenarios: str = "verifiable:train"  # a scenario selector
+    scenarios_dir: list[str] = field(default_factory=list)  # extra scenario YAML folders
+    evaluator: str = "verifiable"  # an evaluator spec: its goal rating of the policy's seat is the reward
+    seat: int = 0  # the policy's seat (0: first)
+    turn_reward: float = 0.0  # per-turn shaping, added once per policy turn (negative: shorter episodes)
+    constrained: bool = True  # the policy's actions are schema-constrained (as LLMAgent's are by default)
+    api_base: str | None = None  # serves the partner and the evaluator (the policy generates locally)
 
     full_finetune = False  # GRPO trains a LoRA (read by the shared precision/adapter helpers)
 
@@ -100,6 +112,8 @@ class GRPOStageConfig:
             raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
         if self.beta < 0 or self.temperature <= 0:
             raise ValueError("beta must be 0 or more and temperature positive")
+        if self.group_size < 2 or self.groups_per_step < 1 or self.max_turns < 1 or self.seat not in (0, 1):
+            raise ValueError("group_size must be at least 2, groups_per_step and max_turns at least 1, seat 0 or 1")
         if self.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"vllm_mode must be 'colocate' or 'server', not {self.vllm_mode!r}")
 
@@ -128,6 +142,16 @@ class GRPOResult:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
+
+    def dataset(self) -> str:
+        """What it trained on, in words (task ``episodes``: its ``prompts`` are group starts)."""
+        return f"{self.task}: {self.prompts} {'starts' if self.task == 'episodes' else 'prompts'}"
+
+    def none_note(self) -> str:
+        """The ``None`` rewards and skipped updates, in words (task ``episodes``: unrated episodes, groups)."""
+        if self.task == "episodes":
+            return f"unrated episodes: {self.none_rewards}, groups without signal skipped: {self.unscorable_batches}"
+        return f"None rewards: {self.none_rewards}, unscorable batches skipped: {self.unscorable_batches}"
 
 
 @dataclass
@@ -164,6 +188,10 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     """GRPO on ``config.task``; see the module docstring."""
     from sotopia_env.embedded_models import resolve_model_path
 
+    if config.task == "episodes":
+        from training.episode_grpo import train_episode_grpo
+
+        return train_episode_grpo(config)
     started = time.perf_counter()
     if config.init_adapter is None:
         config = config.starting_from(config.base_model)  # a BC/SR output dir: continue its adapter

@@ -34,6 +34,9 @@ def run_rl(ctx: StageContext, policy: str) -> StageResult:
     if config.task == "social_turns":
         options = {"api_base": c.api_base, **config.task_options}
         config = dataclasses.replace(config, data=config.data or own_episodes(ctx, out), task_options=options)
+    if config.task == "episodes":  # the pipeline's server and scenario folders serve the partner and the starts
+        folders = [*c.scenarios_dir, *config.scenarios_dir]
+        config = dataclasses.replace(config, api_base=config.api_base or c.api_base, scenarios_dir=folders)
     try:
         result = train_grpo(config)
     except TaskError as exc:
@@ -42,11 +45,7 @@ def run_rl(ctx: StageContext, policy: str) -> StageResult:
         if "judge" in config.task_options:
             release_backends({config.task_options["judge"]}, keep=ctx.evaluator)
     return StageResult(
-        name=STAGE,
-        model=result.model_dir,
-        dataset=f"{result.task}: {result.prompts} prompts",
-        train=asdict(result),
-        note=f"{result.none_rewards} None rewards, {result.unscorable_batches} unscorable batches skipped",
+        name=STAGE, model=result.model_dir, dataset=result.dataset(), train=asdict(result), note=result.none_note()
     )
 
 
