@@ -54,7 +54,7 @@ from sotopia_env.evaluation import Evaluator
 from sotopia_env.prompt import prompt_text
 from training.grpo import RESULT_FILE, GRPOResult, GRPOStageConfig
 from training.rl.tasks import TaskError
-from training.trainer import CHECKPOINTS_DIR, release_memory, save_adapter_spec
+from training.trainer import CHECKPOINTS_DIR, release_memory, save_model_spec
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
@@ -372,7 +372,7 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
                 save_checkpoint(model, optimizer, checkpoints, step, {"log": log, **tally}, config.save_total_limit)
 
     model.eval()
-    save_adapter_spec(model, tokenizer, out, config.base_model)
+    save_model_spec(model, tokenizer, out, config.base_model)
     release_backends({rollout.partner}, keep=getattr(rollout.evaluator, "backend", None))  # a model partner's weights
     result = GRPOResult(
         model_dir=str(out),

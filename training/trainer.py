@@ -249,6 +249,13 @@ def save_adapter_spec(trainer, out: Path, base_model: str) -> None:
         write_model_ref(out, base_model, ADAPTER_DIR)
 
 
+def save_model_spec(model, tokenizer, out: Path, base_model: str) -> None:
+    """The same model spec from a loop of our own (one process, no trainer): ``training.episode_grpo``."""
+    model.save_pretrained(str(out / ADAPTER_DIR))
+    tokenizer.save_pretrained(str(out / ADAPTER_DIR))
+    write_model_ref(out, base_model, ADAPTER_DIR)
+
+
 def finish(trainer, result: Any, path: Path) -> None:
     """The main process saves ``result`` (a ``TrainResult`` or ``GRPOResult``) to ``path``; every rank waits for
     it, so that the next stage on any rank finds the saved model spec."""
