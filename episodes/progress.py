@@ -18,10 +18,11 @@ def note(line: str) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
-    """A bar of ``total`` steps; yields ``update(completed)``, a no-op when not ``enabled``."""
+def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Callable[..., None]]:
+    """A bar of ``total`` steps; yields ``update(completed, description=None)`` (a new description replaces the
+    bar's label), a no-op when not ``enabled``."""
     if not enabled or not total:
-        yield lambda completed: None
+        yield lambda completed, description=None: None
         return
     from rich.progress import (
         BarColumn,
@@ -42,7 +43,11 @@ def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator
     )
     with Progress(*columns, transient=False) as bar:
         task_id = bar.add_task(description, total=total)
-        yield lambda completed: bar.update(task_id, completed=completed)
+
+        def update(completed: int, description: str | None = None) -> None:
+            bar.update(task_id, completed=completed, **({"description": description} if description else {}))
+
+        yield update
 
 
 async def track(coros: Sequence[Awaitable[T]], description: str, enabled: bool = True) -> list[T]:

@@ -46,6 +46,7 @@ from typing import Any
 from agents.base import Agent
 from agents.llm import LLMAgent
 from episodes.log import EpisodeLog
+from episodes.progress import progress_bar
 from sotopia_env.backends.base import Backend, ChatRequest, Completion, GenerationSettings
 from sotopia_env.backends.resolve import release_backends
 from sotopia_env.env import EnvConfig
@@ -312,8 +313,8 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
     log: list[dict[str, Any]] = state.get("log", [])
     tally = {"unrated": state.get("unrated", 0), "no_signal": state.get("no_signal", 0)}
 
-    with _progress(config) as bar:
-        bar.advance(len(log))
+    with progress_bar("episode GRPO", config.max_steps, config.progress) as update:
+        update(len(log))
         for step in range(len(log) + 1, config.max_steps + 1):
             t0 = time.perf_counter()
             # 1-2. the step's group starts, each played group_size times (different seeds), concurrently
@@ -367,7 +368,7 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
                     "seconds": round(time.perf_counter() - t0, 2),
                 }
             )
-            bar.update(log[-1])
+            update(len(log), step_line(log[-1]))
             if step % config.save_steps == 0 or step == config.max_steps:
                 save_checkpoint(model, optimizer, checkpoints, step, {"log": log, **tally}, config.save_total_limit)
 
@@ -430,36 +431,8 @@ def resume(model: Any, optimizer: Any, checkpoints: Path) -> dict:
     return {**json.loads((last / STATE_FILE).read_text()), "checkpoint": str(last)}
 
 
-class _progress:
-    """A rich progress bar over the steps, its description the last step's reward, KL, turns and unrated."""
-
-    def __init__(self, config: GRPOStageConfig) -> None:
-        self.enabled = config.progress
-        self.total = config.max_steps
-
-    def __enter__(self) -> _progress:
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("episode GRPO", total=self.total)
-        return self
-
-    def advance(self, steps: int) -> None:
-        if self.enabled:
-            self.bar.advance(self.task, steps)
-
-    def update(self, row: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
-        turns = "-" if row["turns"] is None else f"{row['turns']:.1f}"
-        text = f"episode GRPO  reward {reward}  kl {row['kl']:.4f}  turns {turns}  unrated {row['unrated']}"
-        self.bar.update(self.task, advance=1, description=text)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self.bar.stop()
+def step_line(row: dict[str, Any]) -> str:
+    """The progress bar's label after a step: its reward, KL, turns and unrated episodes."""
+    reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
+    turns = "-" if row["turns"] is None else f"{row['turns']:.1f}"
+    return f"episode GRPO  reward {reward}  kl {row['kl']:.4f}  turns {turns}  unrated {row['unrated']}"
