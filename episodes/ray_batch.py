@@ -34,7 +34,7 @@ from episodes.runner import AgentFactory, BatchSummary, Job, plan, run_batch
 from episodes.store import EpisodeStore, open_store
 from episodes.store_writer import DEFAULT_RETRY_SECONDS
 from sotopia_env.env import EnvConfig
-from sotopia_env.errors import UserError
+from sotopia_env.errors import UserError, first_line
 from sotopia_env.evaluation import Evaluator
 
 WORKER_PREFIX = "sotopia-env-worker"
@@ -163,11 +163,6 @@ def import_path() -> str:
     return os.pathsep.join(dict.fromkeys(folders))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _check_reachable(address: str) -> None:
     """A HOST:PORT (or ray://HOST:PORT) that refuses connections is one line now, not minutes of Ray's retries."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -190,7 +185,7 @@ def connect(ray_config: RayConfig) -> Any:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = address or "a new local cluster"
-            raise RayError(f"cannot reach the Ray cluster at {where}: {_first_line(exc)}") from None
+            raise RayError(f"cannot reach the Ray cluster at {where}: {first_line(exc)}") from None
     return ray
 
 
@@ -282,7 +277,7 @@ class _Driver:
             if self.replaced[shard] > MAX_SHARD_RESTARTS:
                 raise RayError(
                     f"shard {shard} of batch {self.recipe.tag!r}: its worker died {self.replaced[shard]} times; "
-                    f"last: {_first_line(exc)}"
+                    f"last: {first_line(exc)}"
                 ) from None
             self.start(shard)
             return

@@ -29,6 +29,7 @@ import redis
 
 from episodes.log import STATUSES, EpisodeLog
 from episodes.store import StoreError, StoreUnavailable, check_status, created_timestamp, gc_paused, load_stored
+from sotopia_env.errors import first_line
 
 _BATCH = 200
 _TRANSIENT_ERRORS = (redis.exceptions.ReadOnlyError, redis.exceptions.ExecAbortError)
@@ -58,7 +59,7 @@ def _reason(exc: BaseException, secret: str | None) -> str:
             break
         seen = seen.__cause__ or seen.__context__
     else:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = first_line(exc)
         match = re.match(r"Error -?\d+ connecting to \S+?\. (.*)", text)
         text = match.group(1) if match else text
     if any(hint in text for hint in ("NOAUTH", "HELLO must be called", "Authentication required")):

@@ -11,3 +11,9 @@ from __future__ import annotations
 
 class UserError(Exception):
     """An error the user can fix; its message is one line naming what and where."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its class name when the message is blank."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
