@@ -4,7 +4,8 @@
 
 Prints its base URL on the first line of stdout, then reads commands from stdin, one per line, answering each
 with one line: ``reset`` (forget recorded requests), ``stats`` (JSON counters), ``dump PATH`` (write the recorded
-requests as JSON lines; answers their count). ``stats`` holds ``requests``, ``max_in_flight`` and ``cpu_s``
+requests as JSON lines; answers their count). ``stats`` holds ``requests``, ``max_in_flight``, ``connections``
+(TCP connections accepted) and ``cpu_s``
 (this process's CPU time so far). It exits when stdin closes.
 
 Every reply comes after ``--latency`` seconds. What it answers:
@@ -98,6 +99,7 @@ def main() -> None:
                 stats = {
                     "requests": len(srv.requests),
                     "max_in_flight": srv.max_in_flight,
+                    "connections": srv.connections,
                     "cpu_s": usage.ru_utime + usage.ru_stime,
                 }
                 print(json.dumps(stats), flush=True)

@@ -47,7 +47,11 @@ def scenario_choice(episodes: int) -> tuple[str, int]:
     from sotopia_env.sampler import eligible_setups
 
     library = load_library()
-    castings = {sid: len(eligible_setups(s, library)) for sid, s in library.scenarios.items() if s.num_agents == 2}
+    castings = {
+        sid: len(eligible_setups(s, library))
+        for sid, s in library.scenarios.items()
+        if s.num_agents == 2 and s.verifiable is None  # verifiable ones want a rule partner, and have few castings
+    }
     for per in range(1, episodes // 2 + 1):
         fit = sorted(sid for sid, n in castings.items() if n >= per)
         if episodes % (2 * per) == 0 and episodes // (2 * per) <= len(fit):

@@ -145,7 +145,10 @@ async def play(
     obs, infos = env.reset(seed=seed)
     while env.agents:
         acting = [name for name in env.agents if infos[name]["acting"]]
-        chosen = await asyncio.gather(*(_act(by_name[n], Observation.from_env(obs[n])) for n in acting))
+        if len(acting) == 1:  # round-robin: one agent, awaited directly (a task per turn is CPU at scale)
+            chosen = [await _act(by_name[acting[0]], Observation.from_env(obs[acting[0]]))]
+        else:
+            chosen = await asyncio.gather(*(_act(by_name[n], Observation.from_env(obs[n])) for n in acting))
         actions: dict[str, Any] = dict.fromkeys(env.agents, _NONE) | dict(zip(acting, chosen, strict=True))
         before = len(env.turns)
         obs, _, _, _, infos = env.step(actions)

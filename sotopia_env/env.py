@@ -40,7 +40,7 @@ from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, InvalidAc
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator, evaluate_safely
 from sotopia_env.library import Library, load_library
-from sotopia_env.observation import background_for, build_observation, labels_for
+from sotopia_env.observation import SeatView, background_for, labels_for
 from sotopia_env.sampler import sample_setup
 from sotopia_env.spaces import action_space, observation_space
 from sotopia_env.transcript import Turn
@@ -91,7 +91,7 @@ class SocialEnv(ParallelEnv):
         self.termination_reason: str | None = None
         self.rating: EpisodeRating | None = None
         self._acting: list[str] = []
-        self._backgrounds: list[str] = []
+        self._views: list[SeatView] = []
 
     # -- spaces -------------------------------------------------------------
     @functools.cache  # noqa: B019 - one space object per agent, as PettingZoo requires
@@ -121,8 +121,10 @@ class SocialEnv(ParallelEnv):
             self.setup = self._fixed_setup
         self.possible_agents = self.setup.agent_names
         self.agents = list(self.possible_agents)
-        self._backgrounds = [background_for(self.setup, seat) for seat in range(len(self.agents))]
-        self._labels = [labels_for(self.setup, seat) for seat in range(len(self.agents))]
+        self._views = [
+            SeatView(name, background_for(self.setup, seat), labels_for(self.setup, seat))
+            for seat, name in enumerate(self.agents)
+        ]
         self.turns = []
         self.turn = 0
         self.present = list(self.agents)
@@ -159,11 +161,10 @@ class SocialEnv(ParallelEnv):
         """``agent``'s current observation, as the last ``reset``/``step`` returned it."""
         if agent not in self.possible_agents:
             raise ValueError(f"no agent {agent!r} in this episode (agents: {', '.join(self.possible_agents)})")
-        if not self._backgrounds:
+        if not self._views:
             raise RuntimeError("observe() called before reset()")
-        seat = self.possible_agents.index(agent)
         available = list(ACTION_TYPES) if agent in self._acting else _NONE_ONLY
-        return build_observation(agent, self._backgrounds[seat], self._labels[seat], self.turns, self.turn, available)
+        return self._views[self.possible_agents.index(agent)].observe(self.turns, self.turn, available)
 
     def _observations(self) -> dict[str, dict[str, Any]]:
         return {name: self.observe(name) for name in self.possible_agents}

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.profiles import Relationship
-from sotopia_env.transcript import Turn, render_action
+from sotopia_env.transcript import Turn, render_action, render_move
 from sotopia_env.visibility import describe, display_name
 
 
@@ -26,7 +26,7 @@ class HistoryEntry(BaseModel):
     argument: str
 
     def render(self) -> str:
-        return history_line(self.turn, self.agent, self.as_action())
+        return f"Turn #{self.turn}: " + render_move(self.agent, ActionType(self.action_type), self.argument)
 
     def as_action(self) -> AgentAction:
         return AgentAction(action_type=ActionType(self.action_type), argument=self.argument)
@@ -44,12 +44,14 @@ class Observation(BaseModel):
     def from_env(cls, obs: dict[str, Any] | Observation) -> Observation:
         if isinstance(obs, Observation):
             return obs
+        # model_construct: every field is coerced to its type right here, so pydantic's validation per past
+        # turn (for every agent's every move) would only repeat it.
         history = [
-            HistoryEntry(
+            HistoryEntry.model_construct(
                 turn=int(h["turn"]),
-                agent=h["agent"],
+                agent=str(h["agent"]),
                 action_type=ACTION_TYPES[int(h["action_type"])],
-                argument=h["argument"],
+                argument=str(h["argument"]),
             )
             for h in obs["history"]
         ]
@@ -143,25 +145,41 @@ def build_observation(
 ) -> dict[str, Any]:
     """The observation dict (a member of ``observation_space``) for agent ``name``.
 
-    ``background`` and ``labels`` come from ``background_for`` and ``labels_for``.
+    ``background`` and ``labels`` come from ``background_for`` and ``labels_for``. The env keeps a ``SeatView``
+    per seat instead, which renders each past turn once.
     """
-    # Rendered straight from the turns (``history_line``, as ``HistoryEntry.render`` does): building a pydantic
-    # HistoryEntry per past turn, for each agent at each step, was most of an env step's cost.
-    return {
-        "agent": name,
-        "turn": turn,
-        "background": background,
-        "history": tuple(
-            {
-                "turn": t.turn,
-                "agent": labels[t.agent],
-                "action_type": ACTION_TYPES.index(t.action.action_type.value),
-                "argument": t.action.argument,
-            }
-            for t in turns
-        ),
-        "available_actions": np.array([a in available for a in ACTION_TYPES], dtype="int8"),
-        "text": render_text(
-            [history_line(t.turn, labels[t.agent], t.action) for t in turns], background, turn, available
-        ),
-    }
+    return SeatView(name, background, labels).observe(turns, turn, available)
+
+
+class SeatView:
+    """What one seat has seen so far, rendered once per turn: ``observe`` renders only the turns that are new
+    since its last call (re-rendering the whole history for every agent at every step made an env step
+    quadratic in the episode's length). ``turns`` must only grow between calls, as an episode's do."""
+
+    def __init__(self, name: str, background: str, labels: dict[str, str]) -> None:
+        self.name, self.background, self.labels = name, background, labels
+        self._entries: list[dict[str, Any]] = []
+        self._lines: list[str] = []
+
+    def observe(self, turns: list[Turn], turn: int, available: list[str]) -> dict[str, Any]:
+        if len(turns) < len(self._entries):
+            raise ValueError(f"{self.name}'s history shrank ({len(self._entries)} -> {len(turns)} turns)")
+        for t in turns[len(self._entries) :]:
+            label = self.labels[t.agent]
+            self._entries.append(
+                {
+                    "turn": t.turn,
+                    "agent": label,
+                    "action_type": ACTION_TYPES.index(t.action.action_type.value),
+                    "argument": t.action.argument,
+                }
+            )
+            self._lines.append(history_line(t.turn, label, t.action))
+        return {
+            "agent": self.name,
+            "turn": turn,
+            "background": self.background,
+            "history": tuple(dict(e) for e in self._entries),  # copies: a caller may edit what it was given
+            "available_actions": np.array([a in available for a in ACTION_TYPES], dtype="int8"),
+            "text": render_text(self._lines, self.background, turn, available),
+        }

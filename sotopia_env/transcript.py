@@ -17,15 +17,19 @@ class Turn(BaseModel):
 
 def render_action(label: str, action: AgentAction) -> str:
     """One line of transcript, e.g. ``Ana Ruiz said: "Hi."``."""
-    kind = action.action_type
+    return render_move(label, action.action_type, action.argument)
+
+
+def render_move(label: str, kind: ActionType, argument: str) -> str:
+    """``render_action`` from an action's parts (no ``AgentAction`` to build)."""
     if kind is ActionType.speak:
-        return f'{label} said: "{action.argument}"'
+        return f'{label} said: "{argument}"'
     if kind is ActionType.non_verbal:
-        return f"{label} [non-verbal communication] {action.argument}"
+        return f"{label} [non-verbal communication] {argument}"
     if kind is ActionType.action:
-        return f"{label} [action] {action.argument}"
+        return f"{label} [action] {argument}"
     if kind is ActionType.leave:
-        return f"{label} left the conversation" + (f": {action.argument}" if action.argument else "")
+        return f"{label} left the conversation" + (f": {argument}" if argument else "")
     return f"{label} did nothing"
 
 

@@ -7,10 +7,10 @@ from pettingzoo.test import parallel_api_test
 
 from agents.scripted import ScriptedAgent
 from episodes.runner import play
-from sotopia_env.actions import AgentAction
+from sotopia_env.actions import ACTION_TYPES, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.evaluation import EpisodeRating, RuleBasedEvaluator
-from sotopia_env.observation import Observation
+from sotopia_env.observation import Observation, background_for, build_observation, labels_for
 
 NONE = {"action_type": "none", "argument": ""}
 
@@ -35,6 +35,28 @@ def test_observations_live_in_their_space(two_friends):
     parsed = Observation.from_env(obs[a])
     assert parsed.turn == 5 and len(parsed.history) == 5
     assert parsed.history[0].argument == "héllo ✓"
+
+
+def test_observation_rendered_turn_by_turn_equals_one_rendered_whole(two_friends):
+    """The env renders each past turn once per seat; what it returns must be what rendering the whole history
+    at that step gives, for every seat and step, and a caller editing its copy changes nothing later."""
+    env = SocialEnv(setup=two_friends, config=EnvConfig(stale_turns=10))
+    env.reset()
+    a, b = env.possible_agents
+    for step, kind in enumerate(["speak", "non-verbal communication", "action", "speak", "action", "speak"]):
+        moves = {name: NONE for name in env.agents} | {
+            n: {"action_type": kind, "argument": f"m{step}"} for n in env.acting
+        }
+        obs, *_ = env.step(moves)
+        for seat, name in enumerate(env.possible_agents):
+            available = [t for t, on in zip(ACTION_TYPES, obs[name]["available_actions"], strict=True) if on]
+            background, labels = background_for(two_friends, seat), labels_for(two_friends, seat)
+            whole = build_observation(name, background, labels, env.turns, env.turn, available)
+            assert obs[name]["text"] == whole["text"] and obs[name]["history"] == whole["history"]
+            assert len(whole["history"]) == step + 1
+        obs[a]["history"][0]["argument"] = "edited by the caller"
+    assert env.observe(a)["history"][0]["argument"] == "m0"
+    assert '"m5"' in env.observe(b)["text"]
 
 
 def run(setup, actions_a, actions_b, config=None, evaluator=None):

@@ -16,12 +16,14 @@ shuts down (``asyncio.run`` cancels it at the end), so nothing leaks across ``as
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
+
+import orjson
 
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
 
+_JSON = {"Content-Type": "application/json"}
 _keepers: set[asyncio.Task[None]] = set()  # strong references until each loop shuts down
 
 
@@ -114,18 +116,19 @@ class OpenAIHTTPBackend(RemoteBackend):
         session = await self._session()
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         url = str(api_base).rstrip("/") + "/chat/completions"
-        async with session.post(url, json=body, timeout=timeout) as response:
+        data = orjson.dumps(body)  # json.dumps was 8% of the client's CPU at 256 concurrent episodes
+        async with session.post(url, data=data, headers=_JSON, timeout=timeout) as response:
             raw = await response.read()
             status = response.status
-        data = _json_or_none(raw)
+        reply = _json_or_none(raw)
         if status != 200:
-            raise HTTPError(status, _error_message(data, raw))
+            raise HTTPError(status, _error_message(reply, raw))
         try:
-            choice = data["choices"][0]
+            choice = reply["choices"][0]
             text = choice["message"].get("content") or ""
         except (TypeError, KeyError, IndexError, AttributeError):
             raise HTTPError(status, f"not a chat completion: {raw[:200]!r}") from None
-        usage = data.get("usage") or {}
+        usage = reply.get("usage") or {}
         return Reply(
             text=str(text),
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
@@ -143,8 +146,8 @@ class OpenAIHTTPBackend(RemoteBackend):
 
 def _json_or_none(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
-    except ValueError:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None
 
 
