@@ -108,12 +108,11 @@ class ShardWorker:
 
     def _build(self) -> tuple[EpisodeStore, AgentFactory, Evaluator | None]:
         if self._built is None:
-            import gc
+            from episodes.gc_tuning import tune_gc_for_batch
 
             r = self.recipe
             self._built = (open_store(r.store_url), r.make_agents(), r.make_evaluator())
-            gc.collect()  # as the CLI does before a long batch: keep the startup objects out of every collection
-            gc.freeze()
+            tune_gc_for_batch()  # as the CLI does before a long batch
         return self._built
 
     async def run(self, jobs: list[Job]) -> ShardResult:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, freeze_startup_objects, user_errors
+from episodes.gc_tuning import tune_gc_for_batch
+from sotopia_cli.common import console, user_errors
 from sotopia_cli.options import (
     AgentsPath,
     ApiBase,
@@ -93,7 +94,7 @@ def benchmark(
     settings = GenerationSettings(seed=seed)
     make_agents = partial(default_agent_factory, settings=settings, api_base=api_base_value(api_base))
     config = EnvConfig(max_turns=max_turns)
-    freeze_startup_objects()
+    tune_gc_for_batch()
     with user_errors(UserError):  # StoreError, RayError
         if ray is not None:
             recipe = BatchRecipe(

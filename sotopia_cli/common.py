@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections.abc import Iterator
 
 import typer
@@ -27,14 +26,3 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         yield
     except caught as exc:
         raise fail(str(exc)) from None
-
-
-def freeze_startup_objects() -> None:
-    """Before a long batch: move everything imported so far out of the garbage collector's sight.
-
-    The imports (litellm, transformers, pydantic models) leave millions of long-lived objects that every full
-    collection would walk again; at 256 episodes in flight that cost a fifth of the event loop
-    (``benchmarks/throughput.py --gc-freeze``: 77% -> 90% of the ideal at 256).
-    """
-    gc.collect()
-    gc.freeze()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, fail, freeze_startup_objects, user_errors
+from episodes.gc_tuning import tune_gc_for_batch
+from sotopia_cli.common import console, fail, user_errors
 from sotopia_cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
@@ -185,7 +186,7 @@ def evaluate(
         judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
     if judge is None:
         raise fail("--evaluator none cannot rate episodes")
-    freeze_startup_objects()
+    tune_gc_for_batch()
     with user_errors(StoreError):
         counts = asyncio.run(rate_stored(st, judge, tag, unrated, concurrency, store_retry_seconds))
     console.print(f"rated {counts['rated']}, still unrated {counts['unrated']}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sys
 import threading
 from pathlib import Path
@@ -20,6 +21,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _common import LoopbackProcess, two_seat_setups  # noqa: E402
 from _loopback_server import respond  # noqa: E402  (valid actions and ratings for any of our schemas)
 
+from episodes.gc_tuning import BATCH_THRESHOLDS  # noqa: E402
 from episodes.runner import Job, calls_in_flight, default_agent_factory, run_batch  # noqa: E402
 from episodes.store import open_store  # noqa: E402
 from sotopia_cli.main import app  # noqa: E402
@@ -151,7 +153,12 @@ def test_80_episodes_in_flight_make_80_calls_at_once(tmp_path: Path) -> None:
 
 
 def test_benchmark_prints_its_limits_and_max_calls_caps_them(tmp_path: Path, library: Any) -> None:
+    """...and tunes the garbage collector for the batch (``episodes/gc_tuning.py``), which CPython's defaults
+    made take a tenth of a 256-episode batch."""
     ids = ",".join(sorted(library.scenarios)[:6])
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    gc.unfreeze()
     with LoopbackOpenAI(respond, latency_s=0.05) as srv:
         args = ["benchmark", "--model", "loopback", "--partner", "loopback", "--evaluator", "loopback"]
         args += ["--scenarios", ids, "--max-turns", "2", "--concurrency", "6", "--api-base", srv.base_url]
@@ -160,6 +167,8 @@ def test_benchmark_prints_its_limits_and_max_calls_caps_them(tmp_path: Path, lib
         assert result.exit_code == 0, result.output
         assert "concurrency 6 episodes · up to 2 calls per model (capped by --max-calls)" in result.output
         assert "6 episodes: 0 already done, 6 rated" in result.output
+        assert gc.get_threshold() == BATCH_THRESHOLDS and gc.get_freeze_count() > 0
+        gc.set_threshold(*thresholds)
         assert srv.max_in_flight == 2  # one model (agents and judge): 6 episodes, 2 calls at a time
         srv.reset()
         result = invoke(*args, "--tag", "free")
