@@ -1,14 +1,18 @@
 """Episode RL: does GRPO on whole episodes make SmolLM2-135M better at the verifiable scenarios?
 
-    python benchmarks/episode_rl.py [--steps 8] [--group-size 4] [--max-turns 6] [--json out.json]
+    python benchmarks/episode_rl.py [--steps 8] [--group-size 4] [--max-turns 6] [--bc-epochs 4] [--json out.json]
 
 1. Before: the embedded SmolLM2-135M-Instruct plays seat 1 of every held-out ``verifiable:test`` instance
    against ``rule-partner`` (greedy, constrained actions, ``--max-turns`` turns); the ``verifiable`` judge
    scores each episode exactly.
-2. GRPO on whole episodes (``training.episode_grpo``, task ``episodes``): ``--steps`` steps, each one group of
-   ``--group-size`` episodes from one ``verifiable:train`` start (different sampling seeds), LoRA, no BC
-   warm-start.
-3. After: the trained policy plays the same held-out instances the same way.
+2. BC warm-start (``--bc-epochs``, 0 to skip): ``training.experts:VerifiableExpert`` plays every
+   ``verifiable:train`` instance against the rule partner; its turns in the episodes it won become SFT examples
+   (the prompts ``LLMAgent`` sends, replayed by ``training.dataset``), and a LoRA is trained on them. The base
+   model scores 0 on every instance, so without it every GRPO group has equal rewards and no signal.
+3. GRPO on whole episodes (``training.episode_grpo``, task ``episodes``): ``--steps`` steps, each one group of
+   ``--group-size`` episodes from one ``verifiable:train`` start (different sampling seeds), continuing the BC
+   adapter.
+4. After each stage: the policy plays the same held-out instances the same way.
 
 Reported before and after, with 95% t-intervals over episodes: mean verifiable goal (0-10), success rate,
 mean turns, and the share of the policy's turns that were invalid actions. Not a test: run it by hand.
@@ -60,6 +64,42 @@ def evaluate(spec: str, max_turns: int, max_new_tokens: int, seed: int) -> dict:
     return {"episodes": len(rows), "unrated": sum(r is None for r in rows), "rows": [r for r in rows if r]}
 
 
+def bc_warm_start(out: Path, max_turns: int, epochs: float, seed: int):
+    """Expert demonstrations on the train instances, then a LoRA SFT on them: the ``TrainResult`` and the
+    number of demonstration episodes kept."""
+    from agents.rule_partners import RulePartner
+    from episodes.runner import play
+    from sotopia_env.env import EnvConfig
+    from sotopia_env.verifiable import VerifiableJudge
+    from training.dataset import build_dataset, min_goal, played_by
+    from training.episode_grpo import make_rollout
+    from training.experts import VerifiableExpert
+    from training.grpo import GRPOStageConfig
+    from training.trainer import TrainConfig, train
+
+    expert = "training.experts:VerifiableExpert"
+    setups = make_rollout(GRPOStageConfig(task="episodes", scenarios="verifiable:train", seed=seed), expert).setups
+    env = EnvConfig(max_turns=max_turns)
+
+    async def demonstrations():
+        return await asyncio.gather(
+            *(
+                play(
+                    s, [VerifiableExpert(), RulePartner()], VerifiableJudge(), env, [expert, "rule-partner"], seed=seed
+                )
+                for s in setups
+            )
+        )
+
+    logs = asyncio.run(demonstrations())
+    dataset, stats = build_dataset(logs, [played_by(expert), min_goal(1)])
+    config = TrainConfig(
+        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=2e-4,
+        num_epochs=epochs, batch_size=8, max_length=1024, save_steps=1000, seed=seed, progress=False,
+    )  # fmt: skip
+    return train(dataset, config), stats.samples_kept, len(logs)
+
+
 def cell(rows: list[dict], key: str, scale: float = 1.0) -> str:
     from episodes.report import t_interval
 
@@ -74,6 +114,7 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--bc-epochs", type=float, default=4.0, help="BC warm-start epochs (0: no warm-start)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
@@ -88,37 +129,53 @@ def main() -> None:
     before = evaluate("smollm2-135m", args.max_turns, args.max_new_tokens, args.seed)
     t_before = time.perf_counter() - t0
     print(f"before ({t_before:.0f} s): {json.dumps(before['rows'])}", file=sys.stderr, flush=True)
+    stages = [("base", before)]
     with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or Path(tmp)
+        policy, t_bc, bc_note = "smollm2-135m", 0.0, "no BC warm-start"
+        if args.bc_epochs > 0:
+            t1 = time.perf_counter()
+            bc, kept, played = bc_warm_start(work / "bc", args.max_turns, args.bc_epochs, args.seed)
+            t_bc = time.perf_counter() - t1
+            policy = bc.model_dir
+            bc_note = (
+                f"BC warm-start: {bc.examples} turns of {kept} won expert episodes (of {played}), "
+                f"{bc.steps} SFT steps, {t_bc:.0f} s"
+            )
+            after_bc = evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)
+            print(f"after BC: {json.dumps(after_bc['rows'])}", file=sys.stderr, flush=True)
+            stages.append((f"+ BC warm-start ({bc.steps} SFT steps)", after_bc))
         config = GRPOStageConfig(
             task="episodes", base_model="smollm2-135m", max_steps=args.steps,
             group_size=args.group_size, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
             learning_rate=args.lr, beta=0.0, temperature=1.0, batch_size=4, progress=False,
-            seed=args.seed, save_steps=1, output_dir=str(args.keep or Path(tmp) / "rl"),
-        )  # fmt: skip
+            seed=args.seed, save_steps=1, output_dir=str(work / "rl"),
+        ).starting_from(policy)  # fmt: skip
         t1 = time.perf_counter()
         result = train_grpo(config)
         t_train = time.perf_counter() - t1
         after = evaluate(result.model_dir, args.max_turns, args.max_new_tokens, args.seed)
+        stages.append((f"+ episode GRPO, {result.steps} steps", after))
     total = time.perf_counter() - t0
     from _common import machine_line
 
     print(f"## Episode GRPO, SmolLM2-135M vs rule-partner, verifiable:test ({before['episodes']} instances)\n")
     print("| policy | mean goal (0-10) | success rate | mean turns | invalid-action share | unrated |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for name, run in (("base (no BC warm-start)", before), (f"+ episode GRPO, {result.steps} steps", after)):
+    for name, run in stages:
         rows = run["rows"]
         print(
             f"| {name} | {cell(rows, 'goal')} | {cell(rows, 'success')} | {cell(rows, 'turns')} | "
             f"{cell(rows, 'invalid')} | {run['unrated']} |"
         )
     print(
-        f"\ntraining: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max), "
+        f"\n{bc_note}; GRPO: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max), "
         f"train rewards per step {[None if r is None else round(r, 2) for r in result.rewards]}, "
         f"{result.unscorable_batches} groups without signal, {result.none_rewards} unrated episodes; "
-        f"eval before {t_before:.0f} s, training {t_train:.0f} s, total {total:.0f} s; {machine_line()}"
+        f"eval before {t_before:.0f} s, GRPO training {t_train:.0f} s, total {total:.0f} s; {machine_line()}"
     )
     if args.json:
-        args.json.write_text(json.dumps({"before": before, "after": after, "train": result.log}, indent=2))
+        args.json.write_text(json.dumps({name: run for name, run in stages} | {"train": result.log}, indent=2))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,32 @@ def _goal(log, seat: int = 0) -> tuple[int, bool]:
 # -- the family in the library ---------------------------------------------------------------------
 
 
+def test_verifiable_expert_wins_every_train_instance_within_six_turns(library):
+    """The BC warm-start's demonstrator (``training.experts.VerifiableExpert``, used by
+    ``benchmarks/episode_rl.py``): one number or one slot per line, a deal inside the episode length the
+    benchmark trains at, then a thank-you and a leave."""
+    from sotopia_env.env import EnvConfig
+    from sotopia_env.sampler import sample_setups
+    from training.experts import VerifiableExpert
+
+    scenarios = sorted(library.select("verifiable:train"), key=lambda s: s.id)
+    setups = sample_setups(scenarios, library, 1, seed=0)
+    assert len(setups) == 24
+    for setup in setups:
+        log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge(), EnvConfig(max_turns=6)))
+        goal, success = _goal(log)
+        assert success and goal >= 5, (setup.scenario.id, goal, [t.action.argument for t in log.turns])
+        mine = [t.action for t in log.turns if t.agent == log.setup.agent_names[0]]
+        facts = setup.scenario.verifiable
+        for action in mine:
+            if action.action_type is ActionType.speak and facts.kind == "bargaining":
+                assert len(numbers_in(action.argument)) == 1
+            if action.action_type is ActionType.speak and facts.kind == "scheduling":
+                assert len(slots_in(action.argument, facts.slots)) == 1
+    with pytest.raises(ValueError, match="seat 1"):
+        VerifiableExpert().reset(setup=setups[0], seat=1)
+
+
 def test_family_ships_with_splits_and_hides_its_facts(library):
     family = library.select("verifiable")
     for kind in ("bargaining", "scheduling", "persuasion"):

@@ -8,7 +8,10 @@ to give behaviour cloning a consistent, scenario-dependent target.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.observation import Observation
 from sotopia_env.profiles import strip_hints
 
@@ -56,3 +59,74 @@ class ScriptedExpert:
         if self.moves > len(script):
             return AgentAction(action_type=ActionType.leave, argument="Thanks, talk soon.")
         return script[self.moves - 1]
+
+
+class VerifiableExpert:
+    """Seat 1 of a verifiable scenario (``--scenarios verifiable``, partner ``rule-partner``): a demonstrator for a
+    BC warm-start before episode RL (``benchmarks/episode_rl.py``). Agent spec ``training.experts:VerifiableExpert``.
+
+    - bargaining: offers 70%, then 80%, then 90% of its budget (rounded to 5), or the partner's last counter when
+      that is lower and within budget; one number per line;
+    - scheduling: proposes its own slots one at a time, or a slot the partner named that it can make;
+    - persuasion: opens with the favour, then names the concern (the one thing it reads from the hidden
+      facts: a small model cannot infer it from the partner's hints) and asks.
+
+    Once the partner has agreed (the rules replayed over the conversation) it thanks and leaves. Bargaining and
+    scheduling use only what seat 1 is told. Deterministic: same conversation, same words.
+    """
+
+    def __init__(self) -> None:
+        self.facts: Any = None
+
+    def reset(self, setup: EpisodeSetup | None = None, seat: int | None = None) -> None:
+        from sotopia_env.verifiable import LEARNER_SEAT, facts_of
+
+        self.facts = None
+        if setup is None:
+            return
+        if seat is not None and seat != LEARNER_SEAT:
+            raise ValueError(f"VerifiableExpert plays seat {LEARNER_SEAT + 1} (agent1), not seat {seat + 1}")
+        self.facts = facts_of(setup.scenario)
+
+    async def act(self, observation: Observation | dict) -> AgentAction:
+        obs = Observation.from_env(observation)
+        if not obs.my_turn:
+            return _NONE
+        if self.facts is None:
+            raise RuntimeError("VerifiableExpert was not reset with the episode's setup (reset(setup=..., seat=0))")
+        from sotopia_env.verifiable import replay
+
+        if replay(self.facts, ((h.agent != obs.agent, h.as_action()) for h in obs.history)).deal is not None:
+            return AgentAction(action_type=ActionType.leave, argument="Thank you, that's settled then. Bye!")
+        mine = sum(h.agent == obs.agent for h in obs.history)
+        heard = [h.argument for h in obs.history if h.agent != obs.agent and h.action_type == ActionType.speak.value]
+        last = heard[-1] if heard else ""
+        move = {"bargaining": self._bargain, "scheduling": self._schedule, "persuasion": self._persuade}
+        return _speak(move[self.facts.kind](mine, last))
+
+    def _bargain(self, mine: int, last: str) -> str:
+        from sotopia_env.verifiable import numbers_in
+
+        f = self.facts
+        offer = 5 * round(f.budget * (0.7, 0.8, 0.9)[min(mine, 2)] / 5)
+        counter = numbers_in(last)
+        if len(counter) == 1 and counter[0] <= min(offer, f.budget):
+            return f"Alright, {f.currency}{int(counter[0])} works for me."
+        lines = ("Would you take {p} for {item}?", "I could go up to {p}.", "My best offer is {p}.")
+        return lines[min(mine, 2)].format(p=f"{f.currency}{offer}", item=f.item)
+
+    def _schedule(self, mine: int, last: str) -> str:
+        from sotopia_env.verifiable import slots_in
+
+        f = self.facts
+        offered = [s for s in slots_in(last, f.slots) if s in f.agent_slots]
+        if offered:
+            return f"Yes, {offered[0]} works for me."
+        slot = f.agent_slots[mine % len(f.agent_slots)]
+        return f"Could we do {slot}?" if mine else f"Hi! Would {slot} work for {f.event}?"
+
+    def _persuade(self, mine: int, last: str) -> str:
+        concern = next((w for w in self.facts.concern if len(w) > 3 and w.isalpha()), self.facts.concern[0])
+        if mine == 0:
+            return "Hi, sorry to bother you. I have a small favour to ask, if you don't mind."
+        return f"I understand, and I'll make sure the {concern} is not a problem. Would you do it for me?"
