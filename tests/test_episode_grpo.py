@@ -155,6 +155,37 @@ def test_pipeline_runs_rl_task_episodes_and_evaluates_it(tmp_path, tmp_path_fact
     assert state.stages == finished
 
 
+def test_pipeline_bc_warm_start_with_a_partner_trains_only_the_experts_seat(tmp_path, tmp_path_factory):
+    """``bc.partner``: the verifiable expert plays seat 1 against the rule partner; only its turns are examples,
+    and RL continues the BC adapter. A rule partner on a scenario without hidden facts is one line."""
+    from sotopia_env.errors import UserError
+    from training.config import parse_config
+    from training.pipeline import run_pipeline
+
+    raw = {
+        "output_dir": str(tmp_path / "run"), "base_model": tiny_model_spec(tmp_path_factory),
+        "env": {"max_turns": 6}, "generation": {"max_new_tokens": 8}, "evaluator": {"model": "verifiable"},
+        "train": {"max_steps": 1, "batch_size": 2},
+        "bc": {"expert": "training.experts:VerifiableExpert", "partner": "rule-partner",
+               "scenarios": "bargaining:train", "episodes_per_scenario": 1, "filter": {"min_goal": 1}},
+        "sr": {"rounds": 0}, "eval": {"enabled": False},
+        "rl": {"task": "episodes", "partner": "rule-partner", "group_size": 2, "max_turns": 2,
+               "scenarios": "bargaining:train", "max_steps": 1, "max_completion_length": 8, "progress": False},
+    }  # fmt: skip
+    state, _ = run_pipeline(parse_config(raw, "cfg.yaml"), progress=False)
+    assert list(state.stages) == ["bc", "rl"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "bc" / "dataset.jsonl").read_text().splitlines()]
+    assert (
+        rows and {r["seat"] for r in rows} == {0} and {r["scenario_id"].split("-")[1] for r in rows} == {"bargaining"}
+    )
+    assert any('"I could go up to $' in r["completion"][0]["content"] for r in rows)
+    assert state.stages["bc"]["episodes"]["rated"] == 8
+    bad = dict(raw, output_dir=str(tmp_path / "bad"), bc={**raw["bc"], "scenarios": "train"})
+    with pytest.raises(UserError, match="verifiable") as error:
+        run_pipeline(parse_config(bad, "cfg.yaml"), progress=False)
+    assert "\n" not in str(error.value)
+
+
 def test_train_grpo_cli_runs_episodes_and_a_bad_selector_is_one_line(tmp_path, tmp_path_factory):
     import yaml
     from typer.testing import CliRunner

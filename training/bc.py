@@ -1,10 +1,12 @@
 """Behaviour cloning (SOTOPIA-pi, stage 1): the expert plays itself, the best episodes are trained on.
 
 1. The expert (any agent spec: an API model, a local model, ``module:Class``)
-   takes both seats, ``episodes_per_scenario`` times on each training scenario;
+   takes both seats, ``episodes_per_scenario`` times on each training scenario
+   (with ``bc.partner``: one seat, against the partner, as ``benchmark`` pairs them);
    the evaluator rates every episode. Resumable: done episodes are skipped.
 2. The rated episodes pass the filters (by default SOTOPIA-pi's best episode per
-   scenario and role) and become one example per turn.
+   scenario and role; only the expert's seats when it had a partner) and become one
+   example per turn.
 3. A LoRA (or full fine-tune) of the base model is trained on them.
 
 With ``bc.source``, step 1 reads existing expert episodes instead (a store tag or an imported file, see
@@ -15,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from episodes.jobs import self_play_jobs
+from episodes.jobs import self_play_jobs, versus_jobs
 from episodes.log import EpisodeLog
 from training.context import StageContext, StageResult, batch_counts
-from training.dataset import build_dataset
+from training.dataset import build_dataset, played_by
 from training.sources import keep_unrated, read_source, status_counts, with_library_splits
 from training.trainer import train
 
@@ -33,7 +35,13 @@ def expert_episodes(ctx: StageContext) -> tuple[list[EpisodeLog], str, dict[str,
         return with_library_splits(logs, ctx.library), c.bc.source.tag or "", status_counts(logs)
     tag = ctx.tag(STAGE)
     scenarios = ctx.scenarios("bc.scenarios", c.bc.scenarios)
-    jobs = self_play_jobs(scenarios, ctx.library, c.bc.expert, c.bc.episodes_per_scenario, c.seed)
+    if c.bc.partner:
+        from agents.rule_partners import check_rule_specs
+
+        check_rule_specs(scenarios, [c.bc.expert, c.bc.partner], c.evaluator.model)  # one line if misplaced
+        jobs = versus_jobs(scenarios, ctx.library, c.bc.expert, c.bc.partner, c.bc.episodes_per_scenario, c.seed)
+    else:
+        jobs = self_play_jobs(scenarios, ctx.library, c.bc.expert, c.bc.episodes_per_scenario, c.seed)
     summary = ctx.run_jobs(jobs, tag)
     keys = {job.key for job in jobs}  # only this config's episodes, if the tag holds others
     return [log for log in ctx.store.iter(tag) if log.combo_key in keys], tag, batch_counts(summary)
@@ -48,9 +56,12 @@ def run_bc(ctx: StageContext) -> StageResult:
 
     # 2. the filtered dataset
     unrated = c.bc.source is not None and keep_unrated(logs, c.bc.filter, f"{c.source}: field 'bc.source'")
-    filters = c.bc.filter.build(c.seed)
+    sample_filters, example_filters = c.bc.filter.build(c.seed)
+    if c.bc.partner and c.bc.source is None:
+        sample_filters = [played_by(c.bc.expert), *sample_filters]
     dataset, summary = ctx.shared_dataset(
-        out / "dataset.jsonl", lambda: build_dataset(logs, *filters, config=c.env, keep_unrated=unrated)
+        out / "dataset.jsonl",
+        lambda: build_dataset(logs, sample_filters, example_filters, config=c.env, keep_unrated=unrated),
     )
 
     # 3. train the base model on it

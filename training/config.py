@@ -56,12 +56,13 @@ class EpisodeSource:
 
 @dataclass
 class BCConfig:
-    """Behaviour cloning: the expert plays itself on ``scenarios``; the best episodes are trained on.
-    With ``source``, the expert episodes come from there instead (``expert``, ``scenarios`` and
-    ``episodes_per_scenario`` are then unused)."""
+    """Behaviour cloning: the expert plays itself on ``scenarios`` (or ``partner``, when given: then only the
+    expert's seats are trained on); the best episodes are trained on. With ``source``, the expert episodes come
+    from there instead (``expert``, ``partner``, ``scenarios`` and ``episodes_per_scenario`` are then unused)."""
 
     enabled: bool = True
     expert: str = "gpt-4o"  # any agent spec: a model, an alias, or module:Class
+    partner: str | None = None  # e.g. rule-partner on verifiable scenarios, with training.experts:VerifiableExpert
     scenarios: str = "train"
     episodes_per_scenario: int = 2
     source: EpisodeSource | None = None
