@@ -312,11 +312,11 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     learners = {log.setup.agent_names[0] for log in logs}
     assert set(data["agent"]) <= learners  # the rule partner's seat gives no prompts
     assert len(data) == sum(1 for log in logs for t in log.turns if t.agent == log.setup.agent_names[0])
-    first = data[0]["prompt"]
-    assert "Your goal: Buy" in first[0]["content"] + first[-1]["content"]
-
-    # the exact one-step reward: the first move of a bike episode (reservation $320, budget $400)
+    # the first move of a bike episode (reservation $320, budget $400): its prompt states the learner's goal
     row = next(r for r in data if r["turn"] == 0 and r["scenario_id"] == BIKE)
+    assert "Your goal: Buy a used road bike" in row["prompt"][0]["content"] + row["prompt"][-1]["content"]
+
+    # the exact one-step reward of candidate first moves
     moves = [AgentAction(action_type="speak", argument=text).to_json() for text in ("$320?", "I can pay $330", "250")]
     completions = [[{"role": "assistant", "content": m}] for m in [*moves, "no action here"]]
     scores = verifiable_turn([row["prompt"]] * 4, completions, verifiable_state=[row["verifiable_state"]] * 4)
