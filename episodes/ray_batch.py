@@ -16,10 +16,13 @@ Either way the shard is planned again against the store, so what was stored is s
 exactly once. The driver drains each actor's finished combo keys into one progress bar.
 
 Several machines need a store they all reach (Redis): SQLite is refused unless the cluster is this machine alone.
+With ``RayConfig.pin_endpoints`` each actor resolves its backends inside ``endpoints.endpoint_share``, so it calls
+only its own share of an ``api_base`` of several servers (one vLLM replica per machine, say).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -33,6 +36,7 @@ from typing import Any
 from episodes.runner import AgentFactory, BatchSummary, Job, plan, run_batch
 from episodes.store import EpisodeStore, open_store
 from episodes.store_writer import DEFAULT_RETRY_SECONDS
+from sotopia_env.backends.endpoints import endpoint_share
 from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError, first_line
 from sotopia_env.evaluation import Evaluator
@@ -55,11 +59,14 @@ class RayConfig:
     """Where the workers run. ``address``: None or ``local`` starts a local cluster (or uses the one this process
     already started); ``auto`` joins the cluster ``ray start --head`` runs here; ``HOST:PORT`` or
     ``ray://HOST:10001`` joins a remote one. ``num_workers`` actors share the batch; each reserves
-    ``gpus_per_worker`` GPUs (1: a ``LocalBackend`` per GPU)."""
+    ``gpus_per_worker`` GPUs (1: a ``LocalBackend`` per GPU). ``pin_endpoints``: each actor calls only its own
+    share of an ``api_base`` of several servers (``endpoints.share_of``: its own slice, or one server each when
+    there are more actors than servers) instead of spreading over all of them."""
 
     address: str | None = None
     num_workers: int = 2
     gpus_per_worker: float = 0.0
+    pin_endpoints: bool = False
 
     @property
     def local(self) -> bool:
@@ -92,9 +99,10 @@ class ShardResult:
 class ShardWorker:
     """A Ray actor's body: runs shards of one batch with backends it built itself."""
 
-    def __init__(self, recipe: BatchRecipe, concurrency: int) -> None:
+    def __init__(self, recipe: BatchRecipe, concurrency: int, share: tuple[int, int] | None = None) -> None:
         self.recipe = recipe
         self.concurrency = concurrency
+        self.share = share  # (worker index, worker count): this actor's share of the servers; None: all of them
         self.finished: list[tuple[str, str | None]] = []
         self._built: tuple[EpisodeStore, AgentFactory, Evaluator | None] | None = None
 
@@ -116,6 +124,11 @@ class ShardWorker:
         return self._built
 
     async def run(self, jobs: list[Job]) -> ShardResult:
+        share = endpoint_share(*self.share) if self.share else contextlib.nullcontext()
+        with share:  # the backends this actor resolves, and their servers, are its own
+            return await self._run(jobs)
+
+    async def _run(self, jobs: list[Job]) -> ShardResult:
         r = self.recipe
         try:
             store, agents, evaluator = self._build()
@@ -231,6 +244,7 @@ class _Driver:
             "runtime_env": {"env_vars": {"PYTHONPATH": import_path()}},
         }
         self.per_worker = per_worker
+        self.pin = ray_config.pin_endpoints
         self.batch_id = uuid.uuid4().hex[:8]
         self.actors: dict[int, Any] = {}
         self.replaced = [0] * len(shards)
@@ -241,7 +255,8 @@ class _Driver:
 
     def start(self, shard: int) -> None:
         name = f"{WORKER_PREFIX}-{self.batch_id}-{shard}-{self.replaced[shard]}"
-        actor = self.worker.options(name=name, **self.options).remote(self.recipe, self.per_worker)
+        share = (shard, len(self.shards)) if self.pin else None
+        actor = self.worker.options(name=name, **self.options).remote(self.recipe, self.per_worker, share)
         self.actors[shard] = actor
         self.draining.pop(shard, None)
         self.running[actor.run.remote(self.shards[shard])] = shard

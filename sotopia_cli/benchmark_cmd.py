@@ -21,6 +21,7 @@ from sotopia_cli.options import (
     MaxCalls,
     RayAddress,
     RayGpus,
+    RayPinEndpoints,
     RayWorkers,
     ScenariosDir,
     Store,
@@ -62,6 +63,7 @@ def benchmark(
     ray: str = RayAddress,
     ray_workers: int = RayWorkers,
     ray_gpus_per_worker: float = RayGpus,
+    ray_pin_endpoints: bool = RayPinEndpoints,
 ) -> None:
     """Run MODEL against PARTNER on every chosen scenario, in both seats (verifiable scenarios: MODEL in seat 1
     only); resumable under its tag."""
@@ -108,7 +110,8 @@ def benchmark(
                 store_retry_seconds,
                 max_calls=max_calls,
             )
-            summary = run_batch_on_ray(jobs, st, recipe, ray_config(ray, ray_workers, ray_gpus_per_worker))
+            ray_cfg = ray_config(ray, ray_workers, ray_gpus_per_worker, ray_pin_endpoints)
+            summary = run_batch_on_ray(jobs, st, recipe, ray_cfg)
         else:
             summary = asyncio.run(
                 run_batch(

@@ -104,10 +104,18 @@ RayGpus = typer.Option(
 )
 
 
-def ray_config(address: str | None, workers: int, gpus: float) -> RayConfig | None:
+RayPinEndpoints = typer.Option(
+    False,
+    "--ray-pin-endpoints",
+    help="With --ray and several --api-base servers: each Ray actor calls only its own share of them "
+    "(a slice, or one server each when there are more actors than servers) instead of all.",
+)
+
+
+def ray_config(address: str | None, workers: int, gpus: float, pin_endpoints: bool = False) -> RayConfig | None:
     """The ``RayConfig`` the --ray options ask for; None without --ray."""
     if address is None:
         return None
     from episodes.ray_batch import RayConfig
 
-    return RayConfig(address=address, num_workers=workers, gpus_per_worker=gpus)
+    return RayConfig(address=address, num_workers=workers, gpus_per_worker=gpus, pin_endpoints=pin_endpoints)

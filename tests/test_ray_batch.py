@@ -7,6 +7,7 @@ after one actor is ``ray.kill``-ed and the other's worker process gets SIGKILL m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -158,7 +159,7 @@ def test_benchmark_cli_with_ray(cluster, tmp_path, library):
     ids = ",".join(sorted(library.scenarios)[:2])
     args = ["benchmark", "--model", "custom_agents:PoliteAgent", "--partner", "custom_agents:Quiet"]
     args += ["--evaluator", "rule-based", "--scenarios", ids, "--max-turns", "2", "--store", store, "--tag", "b"]
-    result = CliRunner().invoke(app, [*args, "--ray", "local", "--ray-workers", "1"])
+    result = CliRunner().invoke(app, [*args, "--ray", "local", "--ray-workers", "1", "--ray-pin-endpoints"])
     assert result.exit_code == 0, result.output
     assert "4 episodes: 0 already done, 4 rated" in result.output
     assert Counter(log.combo_key for log in open_store(store).query(tag="b")).most_common(1)[0][1] == 1
@@ -182,6 +183,8 @@ def test_ray_config_section_is_checked():
     from training.config import ConfigError, parse_config
 
     assert parse_config({"output_dir": "o", "ray": {"address": "auto"}}).ray == RayConfig(address="auto")
+    pinned = parse_config({"output_dir": "o", "ray": {"pin_endpoints": True}}).ray
+    assert pinned == RayConfig(pin_endpoints=True)
     with pytest.raises(ConfigError, match=r"field 'ray.num_workers': must be at least 1"):
         parse_config({"output_dir": "o", "ray": {"num_workers": 0}})
     with pytest.raises(ConfigError, match=r"ray"):
@@ -208,3 +211,39 @@ def test_an_unreachable_cluster_is_a_one_line_error(tmp_path):
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: cannot reach the Ray cluster at 127.0.0.1:{port}: Connection refused"
+
+
+def test_pinned_workers_each_call_only_their_own_server(cluster, tmp_path):
+    """Two workers, two loopback servers, ``pin_endpoints``: every call for shard 0's episodes (jobs 0, 2, ...)
+    reaches the first server and every call for shard 1's the second. Unpinned, both servers see both shards."""
+    import contextlib
+
+    from conftest import REPO
+    from loopback_openai import LoopbackOpenAI
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _loopback_server import respond
+
+    from episodes.runner import Job, default_agent_factory
+    from sotopia_env.env import EnvConfig
+
+    jobs = [Job(j.setup, ["openai/loopback", "openai/loopback"]) for j in batch_worker.jobs(4)]
+
+    def scenarios_per_server(pin: bool) -> list[set[str]]:
+        store_url = f"sqlite:///{tmp_path}/pin-{pin}.db"
+        with contextlib.ExitStack() as stack:
+            servers = [stack.enter_context(LoopbackOpenAI(respond, latency_s=0.01)) for _ in range(2)]
+            make_agents = partial(default_agent_factory, api_base=",".join(s.base_url for s in servers))
+            rec = BatchRecipe(store_url, "pin", make_agents, RuleBasedEvaluator, 4, EnvConfig(max_turns=4))
+            summary = run_batch_on_ray(jobs, open_store(store_url), rec, RayConfig(pin_endpoints=pin), progress=False)
+            assert summary.rated == len(jobs)
+            seen = []
+            for server in servers:
+                prompts = [json.dumps(body["messages"]) for body in server.requests]
+                assert prompts, "a server got no call"
+                seen.append({j.key for j in jobs for p in prompts if json.dumps(j.setup.scenario.scenario)[1:-1] in p})
+        return seen
+
+    shard0, shard1 = {j.key for j in jobs[0::2]}, {j.key for j in jobs[1::2]}
+    assert scenarios_per_server(pin=True) == [shard0, shard1]
+    assert scenarios_per_server(pin=False) == [shard0 | shard1] * 2

@@ -25,7 +25,13 @@ from episodes.gc_tuning import BATCH_THRESHOLDS  # noqa: E402
 from episodes.runner import Job, calls_in_flight, default_agent_factory, run_batch  # noqa: E402
 from episodes.store import open_store  # noqa: E402
 from sotopia_cli.main import app  # noqa: E402
-from sotopia_env.backends.endpoints import EndpointPool, join_api_bases, split_api_bases  # noqa: E402
+from sotopia_env.backends.endpoints import (  # noqa: E402
+    EndpointPool,
+    endpoint_share,
+    join_api_bases,
+    share_of,
+    split_api_bases,
+)
 from sotopia_env.backends.resolve import release_backends, resolve_backend  # noqa: E402
 from sotopia_env.env import EnvConfig  # noqa: E402
 from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
@@ -106,6 +112,21 @@ def test_api_base_lists() -> None:
     assert join_api_bases(None) is None and join_api_bases("") is None
     with pytest.raises(ValueError, match="api_base 'localhost:8000': not an http"):
         join_api_bases("http://a/v1,localhost:8000")
+
+
+def test_a_pinned_worker_resolves_only_its_share_of_the_servers() -> None:
+    urls = [f"http://s{i}/v1" for i in range(5)]
+    assert [share_of(urls, i, 2) for i in range(2)] == [urls[0::2], urls[1::2]]  # disjoint, every server used
+    assert [share_of(urls[:2], i, 5) for i in range(5)] == [[urls[0]], [urls[1]], [urls[0]], [urls[1]], [urls[0]]]
+    assert share_of(urls[:1], 3, 4) == urls[:1] and share_of(urls, 0, 1) == urls
+    with pytest.raises(ValueError, match=r"worker index 2 is not in 0\.\.1"):
+        with endpoint_share(2, 2):
+            pass
+    api_base = ",".join(urls[:3])
+    with endpoint_share(1, 3):
+        pinned = resolve_backend("openai/m", api_base=api_base)
+    assert [e.url for e in pinned.endpoints.endpoints] == [urls[1]]
+    assert [e.url for e in resolve_backend("openai/m", api_base=api_base).endpoints.endpoints] == urls[:3]
 
 
 def test_calls_in_flight_follow_concurrency() -> None:

@@ -103,7 +103,7 @@ class PipelineConfig:
     store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
     api_base: str | list[str] | None = None  # one server URL, or several (a list or comma-separated): joined on load
     max_calls: int | None = None  # cap on calls in flight per model (default: one per episode in flight)
-    ray: RayConfig | None = None  # play the episode stages on Ray actors: {address, num_workers, gpus_per_worker}
+    ray: RayConfig | None = None  # episode stages on Ray actors: {address, num_workers, gpus_per_worker, pin_endpoints}
     scenarios_dir: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)

@@ -7,13 +7,21 @@ row (refused connection, timeout, 5xx) is taken out for a cool-down that doubles
 ``max_cooldown_s``); after it, one call at a time tries it until one succeeds. A retry avoids the server its
 call just failed on. When every server is resting, the one back soonest is used: a pool of one behaves as the
 plain client did.
+
+``endpoint_share(index, count)`` pins what is resolved inside it to worker ``index`` of ``count``'s own servers
+(``share_of``): Ray workers pinned this way each talk to their own vLLM replica.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+# (worker index, worker count) for ``endpoint_share``; None: every server.
+_SHARE: ContextVar[tuple[int, int] | None] = ContextVar("sotopia_env_endpoint_share", default=None)
 
 
 def split_api_bases(value: str | Sequence[str] | None) -> list[str]:
@@ -33,6 +41,36 @@ def join_api_bases(value: str | Sequence[str] | None) -> str | None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"api_base {url!r}: not an http:// or https:// URL")
     return ",".join(urls) or None
+
+
+def share_of(urls: Sequence[str], index: int, count: int) -> list[str]:
+    """Worker ``index`` of ``count``'s servers among ``urls``: with at least as many servers as workers, a
+    disjoint slice (``urls[index::count]``, so every server is used); with fewer, one server, dealt round-robin."""
+    if len(urls) <= 1 or count <= 1:
+        return list(urls)
+    if len(urls) >= count:
+        return list(urls[index::count])
+    return [urls[index % len(urls)]]
+
+
+@contextlib.contextmanager
+def endpoint_share(index: int, count: int) -> Iterator[None]:
+    """Within this block, an ``api_base`` of several servers resolves to worker ``index`` of ``count``'s share."""
+    if not 0 <= index < count:
+        raise ValueError(f"endpoint share: worker index {index} is not in 0..{count - 1}")
+    token = _SHARE.set((index, count))
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
+
+
+def pinned_api_base(api_base: str | None) -> str | None:
+    """``api_base`` (a joined list) cut to the current ``endpoint_share``; as it is outside one."""
+    share = _SHARE.get()
+    if share is None or api_base is None:
+        return api_base
+    return ",".join(share_of(split_api_bases(api_base), *share))
 
 
 @dataclass

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sotopia_env.backends.base import Backend
-from sotopia_env.backends.endpoints import join_api_bases
+from sotopia_env.backends.endpoints import join_api_bases, pinned_api_base
 
 _shared: dict[tuple, Backend] = {}
 
@@ -66,8 +66,9 @@ def release_backends(specs: set[str] | None = None, keep: object = None) -> None
 
 
 def resolve_backend(spec: str, api_base: str | None = None, api_key: str | None = None, **options: Any) -> Backend:
-    """The shared backend for ``spec``; ``api_base`` may list several servers, comma-separated (``endpoints``)."""
-    api_base = join_api_bases(api_base)
+    """The shared backend for ``spec``; ``api_base`` may list several servers, comma-separated (``endpoints``),
+    of which an ``endpoint_share`` keeps its own."""
+    api_base = pinned_api_base(join_api_bases(api_base))
     key = (spec, api_base, tuple(sorted(options.items())))
     if key in _shared:
         return _shared[key]
