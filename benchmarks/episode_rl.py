@@ -114,11 +114,19 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the GRPO rollouts")
     parser.add_argument("--bc-epochs", type=float, default=4.0, help="BC warm-start epochs (0: no warm-start)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", type=Path, help="train into this folder (kept; reruns resume)")
+    parser.add_argument(
+        "--bc-from", type=Path, help="a BC warm-start folder an earlier run trained (--keep DIR: DIR/bc): GRPO only"
+    )
+    parser.add_argument(
+        "--evals-from", type=Path,
+        help="that run's --json: its base and BC rows are reused (greedy, same seed: the same episodes)",
+    )  # fmt: skip
     args = parser.parse_args()
     import torch
 
@@ -126,14 +134,21 @@ def main() -> None:
     from training.grpo import GRPOStageConfig, train_grpo
 
     t0 = time.perf_counter()
-    before = evaluate("smollm2-135m", args.max_turns, args.max_new_tokens, args.seed)
+    earlier = json.loads(args.evals_from.read_text()) if args.evals_from else {}
+    before = earlier.get("base") or evaluate("smollm2-135m", args.max_turns, args.max_new_tokens, args.seed)
     t_before = time.perf_counter() - t0
     print(f"before ({t_before:.0f} s): {json.dumps(before['rows'])}", file=sys.stderr, flush=True)
     stages = [("base", before)]
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         policy, t_bc, bc_note = "smollm2-135m", 0.0, "no BC warm-start"
-        if args.bc_epochs > 0:
+        if args.bc_from:
+            bc = json.loads((args.bc_from / "train_result.json").read_text())
+            policy, t_bc = str(args.bc_from), bc["seconds"]
+            bc_note = f"BC warm-start from {args.bc_from} (an earlier run): {bc['steps']} SFT steps, {t_bc:.0f} s then"
+            name = f"+ BC warm-start ({bc['steps']} SFT steps)"
+            stages.append((name, earlier.get(name) or evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)))
+        elif args.bc_epochs > 0:
             t1 = time.perf_counter()
             bc, kept, played = bc_warm_start(work / "bc", args.max_turns, args.bc_epochs, args.seed)
             t_bc = time.perf_counter() - t1
@@ -148,7 +163,7 @@ def main() -> None:
         config = GRPOStageConfig(
             task="episodes", base_model="smollm2-135m", max_steps=args.steps,
             group_size=args.group_size, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
-            learning_rate=args.lr, beta=0.0, temperature=1.0, batch_size=4, progress=False,
+            learning_rate=args.lr, beta=0.0, temperature=args.temperature, batch_size=4, progress=False,
             seed=args.seed, save_steps=1, output_dir=str(work / "rl"),
         ).starting_from(policy)  # fmt: skip
         t1 = time.perf_counter()
@@ -169,7 +184,8 @@ def main() -> None:
             f"{cell(rows, 'invalid')} | {run['unrated']} |"
         )
     print(
-        f"\n{bc_note}; GRPO: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max), "
+        f"\n{bc_note}; GRPO: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max, "
+        f"temperature {args.temperature}), "
         f"train rewards per step {[None if r is None else round(r, 2) for r in result.rewards]}, "
         f"{result.unscorable_batches} groups without signal, {result.none_rewards} unrated episodes; "
         f"eval before {t_before:.0f} s, GRPO training {t_train:.0f} s, total {total:.0f} s; {machine_line()}"
