@@ -215,7 +215,8 @@ def test_an_unreachable_cluster_is_a_one_line_error(tmp_path):
 
 def test_pinned_workers_each_call_only_their_own_server(cluster, tmp_path):
     """Two workers, two loopback servers, ``pin_endpoints``: every call for shard 0's episodes (jobs 0, 2, ...)
-    reaches the first server and every call for shard 1's the second. Unpinned, both servers see both shards."""
+    reaches the first server and every call for shard 1's the second. (Unpinned, which server an episode's calls
+    reach depends on timing, so that case has no fixed answer to check.)"""
     import contextlib
 
     from conftest import REPO
@@ -229,13 +230,13 @@ def test_pinned_workers_each_call_only_their_own_server(cluster, tmp_path):
 
     jobs = [Job(j.setup, ["openai/loopback", "openai/loopback"]) for j in batch_worker.jobs(4)]
 
-    def scenarios_per_server(pin: bool) -> list[set[str]]:
-        store_url = f"sqlite:///{tmp_path}/pin-{pin}.db"
+    def scenarios_per_server() -> list[set[str]]:
+        store_url = f"sqlite:///{tmp_path}/pin.db"
         with contextlib.ExitStack() as stack:
             servers = [stack.enter_context(LoopbackOpenAI(respond, latency_s=0.01)) for _ in range(2)]
             make_agents = partial(default_agent_factory, api_base=",".join(s.base_url for s in servers))
             rec = BatchRecipe(store_url, "pin", make_agents, RuleBasedEvaluator, 4, EnvConfig(max_turns=4))
-            summary = run_batch_on_ray(jobs, open_store(store_url), rec, RayConfig(pin_endpoints=pin), progress=False)
+            summary = run_batch_on_ray(jobs, open_store(store_url), rec, RayConfig(pin_endpoints=True), progress=False)
             assert summary.rated == len(jobs)
             seen = []
             for server in servers:
@@ -245,5 +246,4 @@ def test_pinned_workers_each_call_only_their_own_server(cluster, tmp_path):
         return seen
 
     shard0, shard1 = {j.key for j in jobs[0::2]}, {j.key for j in jobs[1::2]}
-    assert scenarios_per_server(pin=True) == [shard0, shard1]
-    assert scenarios_per_server(pin=False) == [shard0 | shard1] * 2
+    assert scenarios_per_server() == [shard0, shard1]
