@@ -230,20 +230,18 @@ def test_pinned_workers_each_call_only_their_own_server(cluster, tmp_path):
 
     jobs = [Job(j.setup, ["openai/loopback", "openai/loopback"]) for j in batch_worker.jobs(4)]
 
-    def scenarios_per_server() -> list[set[str]]:
-        store_url = f"sqlite:///{tmp_path}/pin.db"
-        with contextlib.ExitStack() as stack:
-            servers = [stack.enter_context(LoopbackOpenAI(respond, latency_s=0.01)) for _ in range(2)]
-            make_agents = partial(default_agent_factory, api_base=",".join(s.base_url for s in servers))
-            rec = BatchRecipe(store_url, "pin", make_agents, RuleBasedEvaluator, 4, EnvConfig(max_turns=4))
-            summary = run_batch_on_ray(jobs, open_store(store_url), rec, RayConfig(pin_endpoints=True), progress=False)
-            assert summary.rated == len(jobs)
-            seen = []
-            for server in servers:
-                prompts = [json.dumps(body["messages"]) for body in server.requests]
-                assert prompts, "a server got no call"
-                seen.append({j.key for j in jobs for p in prompts if json.dumps(j.setup.scenario.scenario)[1:-1] in p})
-        return seen
+    store_url = f"sqlite:///{tmp_path}/pin.db"
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(LoopbackOpenAI(respond, latency_s=0.01)) for _ in range(2)]
+        make_agents = partial(default_agent_factory, api_base=",".join(s.base_url for s in servers))
+        rec = BatchRecipe(store_url, "pin", make_agents, RuleBasedEvaluator, 4, EnvConfig(max_turns=4))
+        summary = run_batch_on_ray(jobs, open_store(store_url), rec, RayConfig(pin_endpoints=True), progress=False)
+        assert summary.rated == len(jobs)
+        seen = []
+        for server in servers:
+            prompts = [json.dumps(body["messages"]) for body in server.requests]
+            assert prompts, "a server got no call"
+            seen.append({j.key for j in jobs for p in prompts if json.dumps(j.setup.scenario.scenario)[1:-1] in p})
 
     shard0, shard1 = {j.key for j in jobs[0::2]}, {j.key for j in jobs[1::2]}
-    assert scenarios_per_server() == [shard0, shard1]
+    assert seen == [shard0, shard1]
