@@ -126,6 +126,30 @@ def test_episode_grpo_steps_then_resume_continues_the_log(tmp_path, tmp_path_fac
     assert json.loads((tmp_path / "rl" / "grpo_result.json").read_text())["steps"] == 3
 
 
+def test_generation_and_updates_share_one_worker_thread(tmp_path, tmp_path_factory, monkeypatch):
+    # on CPU, generating on another thread than the one that ran the backward pass was twice as slow
+    import threading
+
+    import training.episode_grpo as episode_grpo
+    from sotopia_env.backends.local import LocalBackend
+
+    threads: dict[str, set[int]] = {"generate": set(), "update": set()}
+    run_batch, update = LocalBackend._run_batch, episode_grpo.update_policy
+
+    def recorded(kind, fn):
+        def wrapper(*args, **kwargs):
+            threads[kind].add(threading.get_ident())
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(LocalBackend, "_run_batch", recorded("generate", run_batch))
+    monkeypatch.setattr(episode_grpo, "update_policy", recorded("update", update))
+    train_grpo(_config(tmp_path, tiny_model_spec(tmp_path_factory)))
+    assert len(threads["generate"]) == 1 and threads["generate"] == threads["update"]
+    assert threading.get_ident() not in threads["generate"]
+
+
 def test_unrated_episodes_get_no_advantage_and_are_counted(tmp_path, tmp_path_factory):
     # the verifiable judge cannot rate ordinary scenarios: every episode is unrated, never scored 0
     config = _config(tmp_path, tiny_model_spec(tmp_path_factory), scenarios="exchange", partner="custom_agents:Quiet")

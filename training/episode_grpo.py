@@ -39,6 +39,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,11 +246,36 @@ async def play_many(
     return list(await asyncio.gather(*(play_one(rollout, backend, s, seed, tokenizer) for s, seed in starts)))
 
 
-def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int) -> Backend:
-    """A local backend on the live model, a fresh one per step: its prefix cache holds this step's weights only."""
+def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int, executor: Executor) -> Backend:
+    """A local backend on the live model, a fresh one per step: its prefix cache holds this step's weights only.
+    It generates on ``executor``, the loop's one torch thread, where the updates run too."""
     from sotopia_env.backends.local import LocalBackend
 
-    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=256)
+    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=256, executor=executor)
+
+
+def update_policy(
+    model: Any, optimizer: Any, trained: Sequence[tuple[Sample, float]], beta: float, batch_size: int
+) -> tuple[float, float, int]:
+    """One AdamW step on every (sample, advantage) in ``trained``: the loss, the KL sum, the policy tokens."""
+    import torch
+
+    tokens = sum(len(s.completion_ids) for s, _ in trained)
+    loss_value, kl_sum = 0.0, 0.0
+    if not trained:
+        return loss_value, kl_sum, tokens
+    model.train()
+    for k in range(0, len(trained), batch_size):
+        chunk = trained[k : k + batch_size]
+        loss, kl = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], beta, tokens)
+        loss.backward()
+        loss_value += float(loss.detach())
+        kl_sum += kl
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    return loss_value, kl_sum, tokens
 
 
 # -- the loop ---------------------------------------------------------------------------------------------------
@@ -313,8 +339,10 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
     log: list[dict[str, Any]] = state.get("log", [])
     tally = {"unrated": state.get("unrated", 0), "no_signal": state.get("no_signal", 0)}
 
-    with progress_bar("episode GRPO", config.max_steps, config.progress) as update:
-        update(len(log))
+    # generation and updates share one thread (see policy_backend); on CPU a second thread ran twice as slow
+    torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-grpo")
+    with torch_thread, progress_bar("episode GRPO", config.max_steps, config.progress) as show:
+        show(len(log))
         for step in range(len(log) + 1, config.max_steps + 1):
             t0 = time.perf_counter()
             # 1-2. the step's group starts, each played group_size times (different seeds), concurrently
@@ -328,7 +356,8 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
                 for i in range(config.group_size)
             ]
             model.eval()
-            backend = policy_backend(model, tokenizer, policy_spec, config.group_size * config.groups_per_step)
+            size = config.group_size * config.groups_per_step
+            backend = policy_backend(model, tokenizer, policy_spec, size, torch_thread)
             episodes = asyncio.run(play_many(rollout, backend, starts, tokenizer))
             # 3-4. rewards and group advantages
             rewards = [e.reward for e in episodes]
@@ -341,19 +370,8 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
             tally["unrated"] += unrated
             # 5-6. one update on every generation of the episodes with a nonzero advantage
             trained = [(s, a) for e, a in zip(episodes, advantages, strict=True) if a for s in e.samples]
-            loss_value, kl_sum = 0.0, 0.0
-            tokens = sum(len(s.completion_ids) for s, _ in trained)
-            if trained:
-                model.train()
-                for k in range(0, len(trained), config.batch_size):
-                    chunk = trained[k : k + config.batch_size]
-                    loss, kl = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], config.beta, tokens)
-                    loss.backward()
-                    loss_value += float(loss)
-                    kl_sum += kl
-                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            update = torch_thread.submit(update_policy, model, optimizer, trained, config.beta, config.batch_size)
+            loss_value, kl_sum, tokens = update.result()
             rated = [r for r in rewards if r is not None]
             log.append(
                 {
@@ -368,7 +386,7 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
                     "seconds": round(time.perf_counter() - t0, 2),
                 }
             )
-            update(len(log), step_line(log[-1]))
+            show(len(log), step_line(log[-1]))
             if step % config.save_steps == 0 or step == config.max_steps:
                 save_checkpoint(model, optimizer, checkpoints, step, {"log": log, **tally}, config.save_total_limit)
 

@@ -3,7 +3,10 @@
 Concurrent ``generate`` calls made in one event loop (many agents, many episodes)
 are collected for ``batch_window_s`` and run as one batched ``model.generate``
 (left padding, the tokenizer's chat template) in a worker thread, one batch at a
-time per backend, so the event loop keeps collecting while the model runs.
+time per backend, so the event loop keeps collecting while the model runs. ``executor=`` picks that thread:
+code that also trains the model (episode GRPO) passes its one torch thread, because generating on a
+different thread from the one that ran the backward pass was twice as slow on CPU (each thread has its own
+allocator arena and OpenMP team).
 
 A batch holds requests with the same sampling settings (greedy, or the same
 temperature and top_p; and the same ``repetition_penalty``, which counts the reply's own tokens only);
@@ -31,6 +34,7 @@ import json
 import threading
 import time
 import weakref
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -92,6 +96,7 @@ class LocalBackend:
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
         prefix_cache_mb: int = 1024,
+        executor: Executor | None = None,
     ) -> None:
         self.model = name
         self.lm = model
@@ -110,6 +115,7 @@ class LocalBackend:
         self._lock = threading.Lock()  # one batch at a time, whatever the event loop
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = weakref.WeakKeyDictionary()
         self._closed = False
+        self._executor = executor  # None: asyncio's default threads
         cacheable = prefix_cache_mb > 0 and prefix_cache.supports(model)
         self._prefix = prefix_cache.PrefixCache(prefix_cache_mb << 20) if cacheable else None
         forward_params = inspect.signature(model.forward).parameters  # transformers 5 renamed past_key_values
@@ -177,12 +183,18 @@ class LocalBackend:
                 return
             batch = self._take(queue)
             try:
-                results = await asyncio.to_thread(self._run_batch, [p.request for p in batch])
+                results = await self._in_worker([p.request for p in batch])
             except Exception as exc:  # _run_batch reports its own errors; this is a last resort
                 results = [Completion(text="", error=f"local backend: {_describe(exc)}") for _ in batch]
             for item, completion in zip(batch, results, strict=True):
                 if not item.future.done():
                     item.future.set_result(completion)
+
+    async def _in_worker(self, requests: list[ChatRequest]) -> list[Completion]:
+        """``_run_batch`` off the event loop: on ``executor`` when one was given, else on asyncio's threads."""
+        if self._executor is None:
+            return await asyncio.to_thread(self._run_batch, requests)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run_batch, requests)
 
     def _take(self, queue: _LoopQueue) -> list[_Pending]:
         """The oldest request and up to ``max_batch_size - 1`` more with the same sampling settings."""
