@@ -50,10 +50,11 @@ def _goal(log, seat: int = 0) -> tuple[int, bool]:
 # -- the family in the library ---------------------------------------------------------------------
 
 
-def test_verifiable_expert_wins_every_train_instance_within_six_turns(library):
+def test_verifiable_expert_wins_bargaining_and_scheduling_and_never_reads_the_hidden_concern(library):
     """The BC warm-start's demonstrator (``training.experts.VerifiableExpert``, used by
     ``benchmarks/episode_rl.py``): one number or one slot per line, a deal inside the episode length the
-    benchmark trains at, then a thank-you and a leave."""
+    benchmark trains at, then a thank-you, never a leave. In persuasion it knows only the partner's doubts,
+    which hint at the concern without naming it, so it never wins there (the BC filter drops those)."""
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import sample_setups
     from training.experts import VerifiableExpert
@@ -64,10 +65,14 @@ def test_verifiable_expert_wins_every_train_instance_within_six_turns(library):
     for setup in setups:
         log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge(), EnvConfig(max_turns=6)))
         goal, success = _goal(log)
-        assert success and goal >= 5, (setup.scenario.id, goal, [t.action.argument for t in log.turns])
         mine = [t.action for t in log.turns if t.agent == log.setup.agent_names[0]]
         facts = setup.scenario.verifiable
-        for action in mine:
+        assert all(a.action_type is ActionType.speak for a in mine)
+        if facts.kind == "persuasion":
+            assert not success and not any(addresses(a.argument, facts.concern) for a in mine)
+            continue
+        assert success and goal >= 5, (setup.scenario.id, goal, [t.action.argument for t in log.turns])
+        for action in [a for a in mine if a.argument != VerifiableExpert.THANKS]:
             if action.action_type is ActionType.speak and facts.kind == "bargaining":
                 assert len(numbers_in(action.argument)) == 1
             if action.action_type is ActionType.speak and facts.kind == "scheduling":

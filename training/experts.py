@@ -68,12 +68,17 @@ class VerifiableExpert:
     - bargaining: offers 70%, then 80%, then 90% of its budget (rounded to 5), or the partner's last counter when
       that is lower and within budget; one number per line;
     - scheduling: proposes its own slots one at a time, or a slot the partner named that it can make;
-    - persuasion: opens with the favour, then names the concern (the one thing it reads from the hidden
-      facts: a small model cannot infer it from the partner's hints) and asks.
+    - persuasion: asks the favour, then answers the partner's doubt in the doubt's own words and asks again. The
+      partner's concern is hidden and its doubts only hint at it, so this rarely wins: a BC filter on the goal
+      (``min_goal``) drops those episodes rather than teach words seat 1 could not have known.
 
-    Once the partner has agreed (the rules replayed over the conversation) it thanks and leaves. Bargaining and
-    scheduling use only what seat 1 is told. Deterministic: same conversation, same words.
+    Once the partner has agreed (the rules replayed over the conversation) it thanks it and lets the partner
+    close; it never leaves first, so its demonstrations never teach leaving. It uses only what seat 1 is told
+    (its goal, and the partner's words), besides knowing which kind of scenario it is in. Deterministic: same
+    conversation, same words.
     """
+
+    THANKS = "Thank you, that's settled then."  # its line after a deal
 
     def __init__(self) -> None:
         self.facts: Any = None
@@ -97,7 +102,7 @@ class VerifiableExpert:
         from sotopia_env.verifiable import replay
 
         if replay(self.facts, ((h.agent != obs.agent, h.as_action()) for h in obs.history)).deal is not None:
-            return AgentAction(action_type=ActionType.leave, argument="Thank you, that's settled then. Bye!")
+            return _speak(self.THANKS)
         mine = sum(h.agent == obs.agent for h in obs.history)
         heard = [h.argument for h in obs.history if h.agent != obs.agent and h.action_type == ActionType.speak.value]
         last = heard[-1] if heard else ""
@@ -126,7 +131,8 @@ class VerifiableExpert:
         return f"Could we do {slot}?" if mine else f"Hi! Would {slot} work for {f.event}?"
 
     def _persuade(self, mine: int, last: str) -> str:
-        concern = next((w for w in self.facts.concern if len(w) > 3 and w.isalpha()), self.facts.concern[0])
-        if mine == 0:
+        if mine == 0 or not last:
             return "Hi, sorry to bother you. I have a small favour to ask, if you don't mind."
-        return f"I understand, and I'll make sure the {concern} is not a problem. Would you do it for me?"
+        words = [w.strip(".,!?;:'\"").lower() for w in last.split()]
+        worry = max((w for w in words if w.isalpha()), key=len, default="that")
+        return f"I hear you about the {worry}, and I'll take care of it. Would you do it for me?"
