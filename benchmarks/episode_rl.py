@@ -10,8 +10,8 @@
    (the prompts ``LLMAgent`` sends, replayed by ``training.dataset``), and a LoRA is trained on them. The base
    model scores 0 on every instance, so without it every GRPO group has equal rewards and no signal.
 3. GRPO on whole episodes (``training.episode_grpo``, task ``episodes``): ``--steps`` steps, each one group of
-   ``--group-size`` episodes from one ``verifiable:train`` start (different sampling seeds), continuing the BC
-   adapter.
+   ``--group-size`` episodes from one ``verifiable:train`` start of ``--train-kinds`` (default bargaining and
+   scheduling: persuasion groups never hold a win), different sampling seeds, continuing the BC adapter.
 4. After each stage: the policy plays the same held-out instances the same way.
 
 Reported before and after, with 95% t-intervals over episodes: mean verifiable goal (0-10), success rate,
@@ -100,6 +100,19 @@ def bc_warm_start(out: Path, max_turns: int, epochs: float, seed: int):
     return train(dataset, config), stats.samples_kept, len(logs)
 
 
+def train_starts(kinds: str) -> str:
+    """The GRPO groups' scenarios: ``verifiable:train``, or the ids of its instances of ``kinds`` (comma list)."""
+    from sotopia_env.library import load_library
+
+    if kinds == "all":
+        return "verifiable:train"
+    wanted = {k.strip() for k in kinds.split(",") if k.strip()}
+    chosen = [s.id for s in load_library().select("verifiable:train") if s.verifiable.kind in wanted]
+    if not chosen:
+        raise SystemExit(f"--train-kinds {kinds!r}: no verifiable:train instance of those kinds")
+    return ",".join(sorted(chosen))
+
+
 def cell(rows: list[dict], key: str, scale: float = 1.0) -> str:
     from episodes.report import t_interval
 
@@ -116,6 +129,10 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the GRPO rollouts")
     parser.add_argument("--bc-epochs", type=float, default=4.0, help="BC warm-start epochs (0: no warm-start)")
+    parser.add_argument(
+        "--train-kinds", default="bargaining,scheduling",
+        help="the kinds whose verifiable:train instances start the GRPO groups (all: every kind)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
@@ -161,7 +178,7 @@ def main() -> None:
             print(f"after BC: {json.dumps(after_bc['rows'])}", file=sys.stderr, flush=True)
             stages.append((f"+ BC warm-start ({bc.steps} SFT steps)", after_bc))
         config = GRPOStageConfig(
-            task="episodes", base_model="smollm2-135m", max_steps=args.steps,
+            task="episodes", base_model="smollm2-135m", max_steps=args.steps, scenarios=train_starts(args.train_kinds),
             group_size=args.group_size, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
             learning_rate=args.lr, beta=0.0, temperature=args.temperature, batch_size=4, progress=False,
             seed=args.seed, save_steps=1, output_dir=str(work / "rl"),
@@ -185,10 +202,11 @@ def main() -> None:
         )
     print(
         f"\n{bc_note}; GRPO: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max, "
-        f"temperature {args.temperature}), "
+        f"temperature {args.temperature}, lr {args.lr}, starts: {args.train_kinds} train instances), "
         f"train rewards per step {[None if r is None else round(r, 2) for r in result.rewards]}, "
         f"{result.unscorable_batches} groups without signal, {result.none_rewards} unrated episodes; "
-        f"eval before {t_before:.0f} s, GRPO training {t_train:.0f} s, total {total:.0f} s; {machine_line()}"
+        f"eval before {t_before:.0f} s, GRPO training {t_train:.0f} s; training (BC + GRPO) {t_bc + t_train:.0f} s; "
+        f"total {total:.0f} s; {machine_line()}"
     )
     if args.json:
         args.json.write_text(json.dumps({name: run for name, run in stages} | {"train": result.log}, indent=2))
