@@ -25,6 +25,9 @@ smallest loop on PEFT/torch building blocks, CleanRL style; one step:
    the environment's text); token-level mean (DAPO), plus ``beta`` * KL (k3) to the adapter-less model;
 6. one AdamW step; a checkpoint every ``save_steps`` (adapter, optimizer, log); a rerun resumes from the last.
 
+Generation (step 2) and the update (steps 5-6) run on one worker thread: on CPU, generating on another
+thread than the one that ran the backward pass was twice as slow, and slower each step.
+
 The policy generates locally even when ``api_base`` is set: its weights change every step, and a server would
 need them synced (TRL's ``vllm-serve`` path does that on GPU). ``api_base`` serves the partner and the evaluator.
 """
