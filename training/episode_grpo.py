@@ -260,7 +260,8 @@ def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int, e
 def update_policy(
     model: Any, optimizer: Any, trained: Sequence[tuple[Sample, float]], beta: float, batch_size: int
 ) -> tuple[float, float, int]:
-    """One AdamW step on every (sample, advantage) in ``trained``: the loss, the KL sum, the policy tokens."""
+    """One AdamW step on every (sample, advantage) in ``trained``: the loss, the KL sum, the policy tokens. It
+    leaves the model in train mode; the loop puts it back in eval mode before it generates."""
     import torch
 
     tokens = sum(len(s.completion_ids) for s, _ in trained)
@@ -277,7 +278,6 @@ def update_policy(
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    model.eval()
     return loss_value, kl_sum, tokens
 
 

@@ -191,7 +191,8 @@ class LocalBackend:
                     item.future.set_result(completion)
 
     async def _in_worker(self, requests: list[ChatRequest]) -> list[Completion]:
-        """``_run_batch`` off the event loop: on ``executor`` when one was given, else on asyncio's threads."""
+        """``_run_batch`` off the event loop: on ``executor`` when one was given, else on asyncio's threads
+        (``to_thread``, which also carries the caller's context variables)."""
         if self._executor is None:
             return await asyncio.to_thread(self._run_batch, requests)
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._run_batch, requests)
