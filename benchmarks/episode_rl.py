@@ -1,13 +1,13 @@
 """Episode RL: does GRPO on whole episodes make SmolLM2-135M better at the verifiable scenarios?
 
-    python benchmarks/episode_rl.py [--steps 8] [--group-size 4] [--max-turns 6] [--bc-epochs 4] [--json out.json]
+    python benchmarks/episode_rl.py [--steps 10] [--group-size 8] [--max-turns 6] [--bc-epochs 4] [--json out.json]
 
 1. Before: the embedded SmolLM2-135M-Instruct plays seat 1 of every held-out ``verifiable:test`` instance
    against ``rule-partner`` (greedy, constrained actions, ``--max-turns`` turns); the ``verifiable`` judge
    scores each episode exactly.
-2. BC warm-start (``--bc-epochs``, 0 to skip): ``training.experts:VerifiableExpert`` plays every
-   ``verifiable:train`` instance against the rule partner; its turns in the episodes it won become SFT examples
-   (the prompts ``LLMAgent`` sends, replayed by ``training.dataset``), and a LoRA is trained on them. The base
+2. BC warm-start (``--bc-epochs`` at ``--bc-lr``, 0 epochs to skip): ``training.experts:VerifiableExpert``
+   plays every ``verifiable:train`` instance against the rule partner; its turns in the episodes it won become SFT
+   examples (the prompts ``LLMAgent`` sends, replayed by ``training.dataset``), and a LoRA is trained on them. The base
    model scores 0 on every instance, so without it every GRPO group has equal rewards and no signal.
 3. GRPO on whole episodes (``training.episode_grpo``, task ``episodes``): ``--steps`` steps, each one group of
    ``--group-size`` episodes from one ``verifiable:train`` start of ``--train-kinds`` (default bargaining and
@@ -55,6 +55,7 @@ def evaluate(spec: str, max_turns: int, max_new_tokens: int, seed: int) -> dict:
         mine = [t for t in e.log.turns if t.agent == learner]
         rows.append(
             {
+                "kind": e.log.setup.scenario.verifiable.kind,
                 "goal": e.log.rating.reward(learner, "goal"),
                 "success": float(bool(e.log.rating.ratings[learner].success)),
                 "turns": float(len(e.log.turns)),
@@ -64,7 +65,7 @@ def evaluate(spec: str, max_turns: int, max_new_tokens: int, seed: int) -> dict:
     return {"episodes": len(rows), "unrated": sum(r is None for r in rows), "rows": [r for r in rows if r]}
 
 
-def bc_warm_start(out: Path, max_turns: int, epochs: float, seed: int):
+def bc_warm_start(out: Path, max_turns: int, epochs: float, lr: float, seed: int):
     """Expert demonstrations on the train instances, then a LoRA SFT on them: the ``TrainResult`` and the
     number of demonstration episodes kept."""
     from agents.rule_partners import RulePartner
@@ -94,7 +95,7 @@ def bc_warm_start(out: Path, max_turns: int, epochs: float, seed: int):
     logs = asyncio.run(demonstrations())
     dataset, stats = build_dataset(logs, [played_by(expert), min_goal(1)])
     config = TrainConfig(
-        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=2e-4,
+        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=lr,
         num_epochs=epochs, batch_size=8, max_length=1024, save_steps=1000, seed=seed, progress=False,
     )  # fmt: skip
     return train(dataset, config), stats.samples_kept, len(logs)
@@ -120,20 +121,30 @@ def cell(rows: list[dict], key: str, scale: float = 1.0) -> str:
     return f"{c.mean:.2f} [{c.low:.2f}, {c.high:.2f}]"
 
 
+def by_kind(rows: list[dict]) -> str:
+    """Mean goal per scenario kind ("-" for rows from before ``kind`` was recorded)."""
+    goals: dict[str, list[float]] = {}
+    for r in rows:
+        if "kind" in r:
+            goals.setdefault(r["kind"], []).append(r["goal"])
+    return ", ".join(f"{k} {sum(g) / len(g):.2f}" for k, g in sorted(goals.items())) or "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the GRPO rollouts")
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the GRPO rollouts")
     parser.add_argument("--bc-epochs", type=float, default=4.0, help="BC warm-start epochs (0: no warm-start)")
+    parser.add_argument("--bc-lr", type=float, default=1e-3, help="BC warm-start learning rate (linear decay)")
     parser.add_argument(
         "--train-kinds", default="bargaining,scheduling",
         help="the kinds whose verifiable:train instances start the GRPO groups (all: every kind)",
     )  # fmt: skip
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", type=Path, help="train into this folder (kept; reruns resume)")
@@ -167,7 +178,7 @@ def main() -> None:
             stages.append((name, earlier.get(name) or evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)))
         elif args.bc_epochs > 0:
             t1 = time.perf_counter()
-            bc, kept, played = bc_warm_start(work / "bc", args.max_turns, args.bc_epochs, args.seed)
+            bc, kept, played = bc_warm_start(work / "bc", args.max_turns, args.bc_epochs, args.bc_lr, args.seed)
             t_bc = time.perf_counter() - t1
             policy = bc.model_dir
             bc_note = (
@@ -200,6 +211,7 @@ def main() -> None:
             f"| {name} | {cell(rows, 'goal')} | {cell(rows, 'success')} | {cell(rows, 'turns')} | "
             f"{cell(rows, 'invalid')} | {run['unrated']} |"
         )
+    print("\nMean goal per kind: " + "; ".join(f"{name}: {by_kind(run['rows'])}" for name, run in stages))
     print(
         f"\n{bc_note}; GRPO: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max, "
         f"temperature {args.temperature}, lr {args.lr}, starts: {args.train_kinds} train instances), "
