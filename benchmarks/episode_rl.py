@@ -114,6 +114,11 @@ def train_starts(kinds: str) -> str:
     return ",".join(sorted(chosen))
 
 
+def bc_stage(steps: int) -> str:
+    """The BC row's name; ``--evals-from`` finds an earlier run's BC row by it."""
+    return f"+ BC warm-start ({steps} SFT steps)"
+
+
 def cell(rows: list[dict], key: str, scale: float = 1.0) -> str:
     from episodes.report import t_interval
 
@@ -174,7 +179,7 @@ def main() -> None:
             bc = json.loads((args.bc_from / "train_result.json").read_text())
             policy, t_bc = str(args.bc_from), bc["seconds"]
             bc_note = f"BC warm-start from {args.bc_from} (an earlier run): {bc['steps']} SFT steps, {t_bc:.0f} s then"
-            name = f"+ BC warm-start ({bc['steps']} SFT steps)"
+            name = bc_stage(bc["steps"])
             stages.append((name, earlier.get(name) or evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)))
         elif args.bc_epochs > 0:
             t1 = time.perf_counter()
@@ -187,7 +192,7 @@ def main() -> None:
             )
             after_bc = evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)
             print(f"after BC: {json.dumps(after_bc['rows'])}", file=sys.stderr, flush=True)
-            stages.append((f"+ BC warm-start ({bc.steps} SFT steps)", after_bc))
+            stages.append((bc_stage(bc.steps), after_bc))
         config = GRPOStageConfig(
             task="episodes", base_model="smollm2-135m", max_steps=args.steps, scenarios=train_starts(args.train_kinds),
             group_size=args.group_size, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
