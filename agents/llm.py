@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agents.base import Usage
 from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema, parse_action
+from sotopia_env.agents.base import Usage
 from sotopia_env.backends.base import Backend, GenerationSettings
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt

@@ -1,20 +1,25 @@
 """Build an agent from a spec: a model, an alias, ``human``, ``rule-partner`` or ``module:Class``.
 
 ``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
-folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages.
+folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages. Only the
+spec's own top-level name is taken from the user's folder: ours all live under ``sotopia_env``, so a user's
+``agents/`` package works, and nothing of theirs can replace a module of ours. A spec written before the one
+namespace (``training.experts:ScriptedExpert``) still loads ``sotopia_env.training.experts``.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import importlib.util
 import re
 import sys
 from collections.abc import Iterable
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from agents.base import Agent
+from sotopia_env.agents.base import Agent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.errors import UserError
 
@@ -30,28 +35,85 @@ def is_custom_spec(spec: str) -> bool:
     return bool(_CUSTOM.match(spec)) and not spec.startswith("local:")
 
 
+_AGENT_FOLDERS: list[Path] = []  # --agents-path folders, searched after the current folder
+# Our folders were once top-level packages; specs stored or written before the one namespace keep loading.
+_OLD_TOP_LEVEL = {"agents": "agents", "episodes": "episodes", "training": "training", "sotopia_cli": "cli"}
+
+
 def add_agents_path(folders: Iterable[str | Path]) -> None:
-    """Put folders first on the import path for ``module:Class`` specs; each must exist."""
-    for folder in reversed(list(folders)):
+    """Search these folders for ``module:Class`` specs, after the current folder; each must exist."""
+    for folder in folders:
         path = Path(folder).expanduser().resolve()
         if not path.is_dir():
             raise AgentSpecError(f"--agents-path {folder}: no such folder")
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
+        if path not in _AGENT_FOLDERS:
+            _AGENT_FOLDERS.append(path)
 
 
-def _current_folder_importable() -> None:
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+def _own_folders() -> set[Path]:
+    """Where our own packages live: a spec that finds one of them in the current folder means ours, not the user's."""
+    folders = set()
+    for name in ("sotopia_env", *(f"sotopia_env.{sub}" for sub in _OLD_TOP_LEVEL.values())):
+        spec = importlib.util.find_spec(name)  # without importing the subpackage itself
+        folders.update(Path(p).resolve() for p in (spec.submodule_search_locations or []) if spec)
+    return folders
+
+
+def _is_ours(spec: ModuleSpec) -> bool:
+    where = spec.submodule_search_locations or [spec.origin or ""]
+    return any(Path(p).resolve() in _own_folders() for p in where)
+
+
+def _user_spec(top: str) -> tuple[Path, ModuleSpec] | None:
+    """The user's own top-level module ``top``: in the current folder, else in an --agents-path folder."""
+    for folder in (Path.cwd().resolve(), *_AGENT_FOLDERS):
+        spec = PathFinder.find_spec(top, [str(folder)])
+        if spec is None:
+            continue
+        return None if _is_ours(spec) else (folder, spec)  # ours: a checkout's root, not a user's folder
+    return None
+
+
+def _import_user_module(module_name: str) -> ModuleType:
+    """Import ``module_name`` the user's way: their folder's top-level module wins for that name alone.
+
+    The folder is appended to ``sys.path`` (for the module's own later imports), never put first, so a user's
+    ``training.py`` or ``episodes/`` cannot replace a module of ours or of any installed package.
+    """
+    top, _, rest = module_name.partition(".")
+    found = _user_spec(top) if top != "sotopia_env" else None
+    if found is not None:
+        folder, spec = found
+        loaded = sys.modules.get(top)
+        if loaded is None or getattr(loaded, "__spec__", None) is None or loaded.__spec__.origin != spec.origin:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[top] = module
+            try:
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except BaseException:
+                sys.modules.pop(top, None)
+                raise
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
+        return importlib.import_module(module_name)
+    if top in _OLD_TOP_LEVEL:
+        renamed = f"sotopia_env.{_OLD_TOP_LEVEL[top]}" + (f".{rest}" if rest else "")
+        try:
+            if importlib.util.find_spec(renamed) is not None:
+                return importlib.import_module(renamed)
+        except ModuleNotFoundError:
+            pass
+        on_path = PathFinder.find_spec(top)
+        if on_path is not None and _is_ours(on_path):  # never import our folder a second time, as ``top``
+            raise ModuleNotFoundError(f"No module named {module_name!r}", name=module_name)
+    return importlib.import_module(module_name)
 
 
 def load_custom_agent(spec: str, **kwargs: Any) -> Agent:
     """Import ``module:Class`` (the current folder first) and instantiate it with ``kwargs``."""
     module_name, _, attr = spec.partition(":")
-    _current_folder_importable()
     try:
-        module = importlib.import_module(module_name)
+        module = _import_user_module(module_name)
     except ModuleNotFoundError as exc:
         raise AgentSpecError(f"agent spec {spec!r}: module {exc.name!r} not found") from None
     except Exception as exc:
@@ -79,16 +141,16 @@ def load_agent(
 ) -> Agent:
     """An agent for ``spec``; model specs become an ``LLMAgent`` on a shared backend."""
     if spec == "human":
-        from agents.human import HumanAgent
+        from sotopia_env.agents.human import HumanAgent
 
         return HumanAgent()
     if spec == RULE_PARTNER:
-        from agents.rule_partners import RulePartner
+        from sotopia_env.agents.rule_partners import RulePartner
 
         return RulePartner()
     if is_custom_spec(spec):
         return load_custom_agent(spec)
-    from agents.llm import LLMAgent
+    from sotopia_env.agents.llm import LLMAgent
     from sotopia_env.backends.resolve import resolve_backend
 
     backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)

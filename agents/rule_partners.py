@@ -215,7 +215,7 @@ class RulePartner:
 def check_rule_specs(scenarios: Iterable[Scenario], agent_specs: Sequence[str], evaluator: str) -> None:
     """Before playing: ``rule-partner`` only in seat 2, and it and the ``verifiable`` judge only on verifiable
     scenarios. Raises ``NotVerifiable`` or ``AgentSpecError`` with one line."""
-    from agents.loading import RULE_PARTNER, AgentSpecError
+    from sotopia_env.agents.loading import RULE_PARTNER, AgentSpecError
     from sotopia_env.evaluator_spec import VERIFIABLE
 
     seats = [i for i, spec in enumerate(agent_specs) if spec == RULE_PARTNER]

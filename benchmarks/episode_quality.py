@@ -35,8 +35,8 @@ from pathlib import Path
 import _common
 from _common import machine_line, print_table
 
-from episodes.log import EpisodeLog
 from sotopia_env.actions import ActionType
+from sotopia_env.episodes.log import EpisodeLog
 
 _ = _common
 TALK = (ActionType.speak, ActionType.non_verbal)
@@ -52,8 +52,8 @@ def is_empty(argument: str) -> bool:
 def run_episode(seed: int, max_turns: int | None, store_url: str, show: bool) -> EpisodeLog:
     from typer.testing import CliRunner
 
-    from episodes.store import open_store
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
+    from sotopia_env.episodes.store import open_store
 
     args = ["run", "--seed", str(seed), "--evaluator", "none", "--store", store_url, "--tag", f"seed{seed}"]
     if max_turns is not None:
@@ -69,13 +69,13 @@ def run_episode(seed: int, max_turns: int | None, store_url: str, show: bool) ->
 
 def run_episodes_at_once(seeds: list[int], max_turns: int | None, store_url: str) -> list[EpisodeLog]:
     """Each seed's episode as ``run`` builds it, all played concurrently on the shared embedded backend."""
-    from agents.loading import load_agent
-    from episodes.runner import Job, run_episode
-    from episodes.store import open_store
-    from episodes.store_writer import StoreWriter
-    from sotopia_cli.run_cmd import CHAT_SETTINGS, DEFAULT_MODEL
+    from sotopia_env.agents.loading import load_agent
     from sotopia_env.backends.base import GenerationSettings
+    from sotopia_env.cli.run_cmd import CHAT_SETTINGS, DEFAULT_MODEL
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import Job, run_episode
+    from sotopia_env.episodes.store import open_store
+    from sotopia_env.episodes.store_writer import StoreWriter
     from sotopia_env.library import load_library
     from sotopia_env.sampler import sample_setup
 

@@ -5,7 +5,7 @@
 1. Before: the embedded SmolLM2-135M-Instruct plays seat 1 of every held-out ``verifiable:test`` instance
    against ``rule-partner`` (greedy, constrained actions, ``--max-turns`` turns); the ``verifiable`` judge
    scores each episode exactly.
-2. BC warm-start (``--bc-epochs`` at ``--bc-lr``, 0 epochs to skip): ``training.experts:VerifiableExpert``
+2. BC warm-start (``--bc-epochs`` at ``--bc-lr``, 0 epochs to skip): ``sotopia_env.training.experts:VerifiableExpert``
    plays every ``verifiable:train`` instance against the rule partner; its turns in the episodes it won become SFT
    examples (the prompts ``LLMAgent`` sends, replayed by ``training.dataset``), and a LoRA is trained on them. The base
    model scores 0 on every instance, so without it every GRPO group has equal rewards and no signal.
@@ -34,8 +34,8 @@ def evaluate(spec: str, max_turns: int, max_new_tokens: int, seed: int) -> dict:
     from dataclasses import replace
 
     from sotopia_env.backends.local import LocalBackend
-    from training.episode_grpo import make_rollout, play_many
-    from training.grpo import GRPOStageConfig
+    from sotopia_env.training.episode_grpo import make_rollout, play_many
+    from sotopia_env.training.grpo import GRPOStageConfig
 
     config = GRPOStageConfig(
         task="episodes", scenarios="verifiable:test", max_turns=max_turns, max_completion_length=max_new_tokens,
@@ -68,17 +68,17 @@ def evaluate(spec: str, max_turns: int, max_new_tokens: int, seed: int) -> dict:
 def bc_warm_start(out: Path, max_turns: int, epochs: float, lr: float, seed: int):
     """Expert demonstrations on the train instances, then a LoRA SFT on them: the ``TrainResult`` and the
     number of demonstration episodes kept."""
-    from agents.rule_partners import RulePartner
-    from episodes.runner import play
+    from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import play
+    from sotopia_env.training.dataset import build_dataset, min_goal, played_by
+    from sotopia_env.training.episode_grpo import make_rollout
+    from sotopia_env.training.experts import VerifiableExpert
+    from sotopia_env.training.grpo import GRPOStageConfig
+    from sotopia_env.training.trainer import TrainConfig, train
     from sotopia_env.verifiable import VerifiableJudge
-    from training.dataset import build_dataset, min_goal, played_by
-    from training.episode_grpo import make_rollout
-    from training.experts import VerifiableExpert
-    from training.grpo import GRPOStageConfig
-    from training.trainer import TrainConfig, train
 
-    expert = "training.experts:VerifiableExpert"
+    expert = "sotopia_env.training.experts:VerifiableExpert"
     setups = make_rollout(GRPOStageConfig(task="episodes", scenarios="verifiable:train", seed=seed), expert).setups
     env = EnvConfig(max_turns=max_turns)
 
@@ -120,7 +120,7 @@ def bc_stage(steps: int) -> str:
 
 
 def cell(rows: list[dict], key: str, scale: float = 1.0) -> str:
-    from episodes.report import t_interval
+    from sotopia_env.episodes.report import t_interval
 
     c = t_interval([r[key] * scale for r in rows])
     return f"{c.mean:.2f} [{c.low:.2f}, {c.high:.2f}]"
@@ -164,7 +164,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from training.grpo import GRPOStageConfig, train_grpo
+    from sotopia_env.training.grpo import GRPOStageConfig, train_grpo
 
     t0 = time.perf_counter()
     earlier = json.loads(args.evals_from.read_text()) if args.evals_from else {}

@@ -37,15 +37,17 @@ GOAL_TURN_PREFIX = "Here is where I stand"
 
 
 def expert_episodes(selector: str, per_scenario: int, max_turns: int, seed: int):
-    from episodes.jobs import self_play_jobs
-    from episodes.runner import play
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.jobs import self_play_jobs
+    from sotopia_env.episodes.runner import play
     from sotopia_env.evaluation import RuleBasedEvaluator
     from sotopia_env.library import load_library
-    from training.experts import ScriptedExpert
+    from sotopia_env.training.experts import ScriptedExpert
 
     library = load_library()
-    jobs = self_play_jobs(library.select(selector), library, "training.experts:ScriptedExpert", per_scenario, seed)
+    jobs = self_play_jobs(
+        library.select(selector), library, "sotopia_env.training.experts:ScriptedExpert", per_scenario, seed
+    )
 
     async def run_all():
         return [
@@ -109,8 +111,8 @@ def main() -> None:
 
     from sotopia_env.embedded_models import resolve_model_path
     from sotopia_env.model_ref import read_model_ref
-    from training.dataset import FilterConfig, build_dataset
-    from training.trainer import TrainConfig, train
+    from sotopia_env.training.dataset import FilterConfig, build_dataset
+    from sotopia_env.training.trainer import TrainConfig, train
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -154,7 +156,7 @@ def main() -> None:
     print(f"after BC:  NLL {after['nll']:.3f}/token (goal turns {after['goal_turn_nll']:.3f}) [{after['seconds']}s]")
 
     figures = {
-        "expert": "training.experts:ScriptedExpert (scripted, model-free)",
+        "expert": "sotopia_env.training.experts:ScriptedExpert (scripted, model-free)",
         "base_model": args.base_model,
         "train_scenarios": TRAIN_SCENARIOS.split(","),
         "held_out_scenarios": HELD_OUT_SCENARIOS.split(","),

@@ -38,11 +38,11 @@ from _common import distinct_setups, machine_line, print_table
 from action_prompts import ASKS, action_prompt
 from custom_agents import TalkingAgent
 
-from episodes.runner import play
 from sotopia_env.actions import action_json_schema
 from sotopia_env.backends.base import ChatRequest, Completion, GenerationSettings
 from sotopia_env.backends.local import LocalBackend
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.runner import play
 
 _ = _common
 EPISODE_MODES = ("episodes", "episodes-nocache")

@@ -34,14 +34,14 @@ import _common
 from _common import cpu_seconds, machine_line, maxrss_mb, print_table, two_seat_setups
 from _loopback_server import SPEAK, our_rating
 
-from agents.llm import LLMAgent
-from agents.scripted import ScriptedAgent
-from episodes.runner import Job, play, run_batch
-from episodes.sqlite_store import SQLiteStore
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, action_json_schema, parse_action
+from sotopia_env.agents.llm import LLMAgent
+from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.backends.base import ChatRequest, Completion
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.episodes.runner import Job, play, run_batch
+from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, EpisodeContext
 from sotopia_env.llm_evaluator import LLMEvaluator, evaluation_prompt, parse_ratings, rating_schema
 from sotopia_env.observation import Observation, background_for, build_observation, labels_for

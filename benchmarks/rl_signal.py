@@ -55,8 +55,8 @@ def demonstration(item) -> str:
 def held_out_figures(model: str, items, max_new_tokens: int) -> dict:
     """Greedy, unconstrained answers of ``model`` to ``items``, scored."""
     from sotopia_env.backends.resolve import release_backends, resolve_backend
-    from training.rewards import evaluate_socialiqa
-    from training.rewards.socialiqa_eval import answer_socialiqa
+    from sotopia_env.training.rewards import evaluate_socialiqa
+    from sotopia_env.training.rewards.socialiqa_eval import answer_socialiqa
 
     backend = resolve_backend(model)
     completions = asyncio.run(answer_socialiqa(backend, items, max_new_tokens=max_new_tokens, description=model))
@@ -72,8 +72,8 @@ def held_out_figures(model: str, items, max_new_tokens: int) -> dict:
 def bc_warm_start(items, out: Path, epochs: float, max_steps: int):
     from datasets import Dataset
 
-    from training.rewards import build_prompt
-    from training.trainer import TrainConfig, train
+    from sotopia_env.training.rewards import build_prompt
+    from sotopia_env.training.trainer import TrainConfig, train
 
     rows = [
         {"prompt": build_prompt(item), "completion": [{"role": "assistant", "content": demonstration(item)}]}
@@ -95,7 +95,7 @@ def bc_warm_start(items, out: Path, epochs: float, max_steps: int):
 
 
 def grpo(model: str, data: Path, out: Path, steps: int, **overrides):
-    from training.grpo import GRPOStageConfig, train_grpo
+    from sotopia_env.training.grpo import GRPOStageConfig, train_grpo
 
     settings = {
         "task": "socialiqa",
@@ -119,7 +119,7 @@ def interval(pair: tuple[float, float], digits: int = 2) -> str:
 
 
 def socialiqa_part(args, work: Path) -> None:
-    from training.rewards import load_socialiqa
+    from sotopia_env.training.rewards import load_socialiqa
 
     items = load_socialiqa(args.data)
     random.Random(args.seed).shuffle(items)
@@ -170,7 +170,7 @@ def socialiqa_part(args, work: Path) -> None:
 def social_turns_part(args, work: Path) -> None:
     from learning_signal import TRAIN_SCENARIOS, expert_episodes
 
-    from episodes.export import export_jsonl
+    from sotopia_env.episodes.export import export_jsonl
 
     logs = expert_episodes(TRAIN_SCENARIOS, 1, 8, args.seed)
     data = work / "expert-episodes.jsonl"

@@ -63,7 +63,7 @@ def cli_benchmark(args: list[str]) -> str:
     """Run ``sotopia-env ARGS`` in this process; its output (raises on a non-zero exit)."""
     from typer.testing import CliRunner
 
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     result = CliRunner().invoke(app, args)
     if result.exit_code != 0:
@@ -88,7 +88,7 @@ def run_level(
         cpu0, start = cpu_seconds(), time.perf_counter()
         output = cli_benchmark(args)
         command_wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu0
-        from episodes.store import open_store
+        from sotopia_env.episodes.store import open_store
 
         store = open_store(f"sqlite:///{tmp}/scale.db")
         stored = store.count(tag="scale")

@@ -24,7 +24,7 @@ from vs_sotopia import DEFAULT_VENV
 
 _ = _common
 LITELLM = "from sotopia_env.backends import litellm_backend as b; b.import_litellm()"
-CLI = [sys.executable, "-c", "import sys; from sotopia_cli.main import app; sys.argv[0] = 'sotopia-env'; app()"]
+CLI = [sys.executable, "-c", "import sys; from sotopia_env.cli.main import app; sys.argv[0] = 'sotopia-env'; app()"]
 
 
 def best_of(command: list[str], runs: int) -> float:

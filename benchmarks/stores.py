@@ -34,8 +34,8 @@ import _common
 from _common import machine_line, print_table
 from episode_fixtures import make_episodes
 
-from episodes.log import EpisodeLog
-from episodes.sqlite_store import SQLiteStore
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.sqlite_store import SQLiteStore
 
 _ = _common
 BATCH = 100
@@ -163,7 +163,7 @@ class Stores:
         if self.kind == "sqlite":
             store: Any = SQLiteStore(str(self.tmp / f"{uuid.uuid4().hex}.db"))
         else:
-            from episodes.redis_store import RedisStore
+            from sotopia_env.episodes.redis_store import RedisStore
 
             assert self.url is not None
             store = RedisStore(self.url, prefix=f"sotopia-bench-{uuid.uuid4().hex[:8]}")

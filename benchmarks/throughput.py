@@ -37,13 +37,13 @@ import _common
 from _common import LoopbackProcess, cpu_seconds, machine_line, print_table, two_seat_setups
 from _loopback_server import SPEAK, our_rating
 
-from agents.llm import LLMAgent
-from episodes.runner import Job, run_batch
-from episodes.sqlite_store import SQLiteStore
+from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.resolve import release_backends, resolve_backend
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.runner import Job, run_batch
+from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.llm_evaluator import LLMEvaluator
 
 _ = _common

@@ -45,9 +45,9 @@ import _common
 from _common import HERE, LoopbackProcess, distinct_setups, machine_line, print_table
 from stores import redis_url
 
-from episodes.runner import Job
-from episodes.sotopia_format import character_to_sotopia
-from episodes.sqlite_store import SQLiteStore
+from sotopia_env.episodes.runner import Job
+from sotopia_env.episodes.sotopia_format import character_to_sotopia
+from sotopia_env.episodes.sqlite_store import SQLiteStore
 
 _ = _common
 SOTOPIA_VERSION = "0.1.5"

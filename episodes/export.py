@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from episodes.log import SCHEMA_VERSION, EpisodeLog
-from episodes.store import EpisodeStore
+from sotopia_env.episodes.log import SCHEMA_VERSION, EpisodeLog
+from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.errors import UserError
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
 from sotopia_env.jsonl import json_lines

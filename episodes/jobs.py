@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from episodes.runner import Job
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.runner import Job
 from sotopia_env.library import Library
 from sotopia_env.profiles import Scenario
 from sotopia_env.sampler import sample_setups

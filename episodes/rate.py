@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from episodes.runner import run_episode
-from episodes.store import EpisodeStore
-from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.backends.remote import call_limit
+from sotopia_env.episodes.runner import run_episode
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.evaluation import Evaluator
 
 
@@ -28,7 +28,7 @@ async def rate_stored(
     slot = asyncio.Semaphore(max(1, concurrency))
     counts = {"rated": 0, "unrated": 0}
 
-    from episodes.progress import track
+    from sotopia_env.episodes.progress import track
 
     with call_limit(concurrency):  # one judge call per rating in flight
         rated = await track([run_episode(log, evaluator, writer, slot=slot) for log in logs], description="rating")

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from episodes.runner import AgentFactory, BatchSummary, Job, plan, run_batch
-from episodes.store import EpisodeStore, open_store
-from episodes.store_writer import DEFAULT_RETRY_SECONDS
 from sotopia_env.backends.endpoints import endpoint_share
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, plan, run_batch
+from sotopia_env.episodes.store import EpisodeStore, open_store
+from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS
 from sotopia_env.errors import UserError, first_line
 from sotopia_env.evaluation import Evaluator
 
@@ -116,7 +116,7 @@ class ShardWorker:
 
     def _build(self) -> tuple[EpisodeStore, AgentFactory, Evaluator | None]:
         if self._built is None:
-            from episodes.gc_tuning import tune_gc_for_batch
+            from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
             r = self.recipe
             self._built = (open_store(r.store_url), r.make_agents(), r.make_evaluator())
@@ -327,7 +327,7 @@ def run_batch_on_ray(
     nothing: its stored episodes are counted once and the rest were played by its replacement."""
     import time
 
-    from episodes.progress import progress_bar
+    from sotopia_env.episodes.progress import progress_bar
 
     ray = connect(ray_config)
     check_store(ray, recipe.store_url, ray_config)

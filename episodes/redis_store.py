@@ -27,8 +27,15 @@ from urllib.parse import urlsplit
 
 import redis
 
-from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError, StoreUnavailable, check_status, created_timestamp, gc_paused, load_stored
+from sotopia_env.episodes.log import STATUSES, EpisodeLog
+from sotopia_env.episodes.store import (
+    StoreError,
+    StoreUnavailable,
+    check_status,
+    created_timestamp,
+    gc_paused,
+    load_stored,
+)
 from sotopia_env.errors import first_line
 
 _BATCH = 200

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
-from episodes.log import EpisodeLog
+from sotopia_env.episodes.log import EpisodeLog
 
 
 @dataclass

@@ -25,15 +25,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agents.base import Agent, Usage, reset_agent
-from agents.loading import load_agent
-from episodes.log import AgentSpec, EpisodeLog, combo_key
-from episodes.store import EpisodeStore
-from episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.agents.base import Agent, Usage, reset_agent
+from sotopia_env.agents.loading import load_agent
 from sotopia_env.backends.remote import call_limit
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
 from sotopia_env.transcript import Turn
@@ -288,7 +288,7 @@ async def run_batch(
         episodes = [_then(episode, on_episode) for episode in episodes]
     limit = max_calls or calls_in_flight(todo, concurrency, config)
 
-    from episodes.progress import note, track
+    from sotopia_env.episodes.progress import note, track
 
     if progress and todo:
         note(limits_line(concurrency, limit, capped=max_calls is not None))

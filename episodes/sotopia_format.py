@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.errors import UserError
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, DimensionScore, EpisodeRating
 from sotopia_env.jsonl import json_lines

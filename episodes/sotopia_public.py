@@ -40,8 +40,9 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from episodes.log import EpisodeLog
-from episodes.sotopia_format import (
+from sotopia_env.actions import ActionType
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.sotopia_format import (
     ENV,
     FILES,
     SotopiaFormatError,
@@ -54,7 +55,6 @@ from episodes.sotopia_format import (
     numbered_rows,
     write_jsonl,
 )
-from sotopia_env.actions import ActionType
 from sotopia_env.transcript import Turn
 from sotopia_env.validation import field_problem
 

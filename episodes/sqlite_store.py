@@ -17,8 +17,15 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from episodes.log import STATUSES, EpisodeLog
-from episodes.store import StoreError, StoreUnavailable, check_status, created_timestamp, gc_paused, load_stored
+from sotopia_env.episodes.log import STATUSES, EpisodeLog
+from sotopia_env.episodes.store import (
+    StoreError,
+    StoreUnavailable,
+    check_status,
+    created_timestamp,
+    gc_paused,
+    load_stored,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from episodes.log import STATUSES, EpisodeLog
+from sotopia_env.episodes.log import STATUSES, EpisodeLog
 from sotopia_env.errors import UserError
 from sotopia_env.validation import field_problem
 
@@ -128,9 +128,9 @@ def open_store(url: str | None = None) -> EpisodeStore:
     """``sqlite:///path``, a plain file path, or ``redis://...``; None means the default SQLite file."""
     url = url or default_store_url()
     if url.startswith(("redis://", "rediss://", "unix://")):
-        from episodes.redis_store import RedisStore
+        from sotopia_env.episodes.redis_store import RedisStore
 
         return RedisStore(url)
-    from episodes.sqlite_store import SQLiteStore
+    from sotopia_env.episodes.sqlite_store import SQLiteStore
 
     return SQLiteStore(url)

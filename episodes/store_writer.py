@@ -33,8 +33,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from episodes.log import EpisodeLog
-from episodes.store import EpisodeStore, StoreError, StoreUnavailable
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.store import EpisodeStore, StoreError, StoreUnavailable
 
 DEFAULT_RETRY_SECONDS = 60.0
 _FIRST_WAIT, _MAX_WAIT = 0.1, 2.0

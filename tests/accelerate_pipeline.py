@@ -15,13 +15,13 @@ import hashlib
 import sys
 from pathlib import Path
 
-import episodes.runner
-import training.context
-import training.grpo
-import training.trainer
-from training.config import load_config
-from training.distributed import process_index
-from training.pipeline import run_stages
+import sotopia_env.episodes.runner as runner
+import sotopia_env.training.context as context
+import sotopia_env.training.grpo as grpo
+import sotopia_env.training.trainer as trainer_module
+from sotopia_env.training.config import load_config
+from sotopia_env.training.distributed import process_index
+from sotopia_env.training.pipeline import run_stages
 
 
 def weights_hash(model) -> str:
@@ -36,7 +36,7 @@ def weights_hash(model) -> str:
 def main() -> None:
     config_path, report = sys.argv[1], Path(sys.argv[2])
     rank = process_index()
-    save = training.trainer.save_adapter_spec
+    save = trainer_module.save_adapter_spec
 
     def hashing_save(trainer, out: Path, base_model: str) -> None:
         (report / f"weights-{out.name}-rank{rank}.txt").write_text(weights_hash(trainer.model))
@@ -45,10 +45,10 @@ def main() -> None:
     async def recording_batch(jobs, store, tag, *args, **kwargs):
         with open(report / f"played-rank{rank}.txt", "a") as f:
             f.write(f"{tag} {len(jobs)}\n")
-        return await episodes.runner.run_batch(jobs, store, tag, *args, **kwargs)
+        return await runner.run_batch(jobs, store, tag, *args, **kwargs)
 
-    training.trainer.save_adapter_spec = training.grpo.save_adapter_spec = hashing_save
-    training.context.run_batch = recording_batch
+    trainer_module.save_adapter_spec = grpo.save_adapter_spec = hashing_save
+    context.run_batch = recording_batch
     run_stages(load_config(config_path), progress=False)
 
 

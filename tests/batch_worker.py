@@ -9,10 +9,10 @@ import asyncio
 import json
 import sys
 
-from agents.llm import LLMAgent
-from episodes.runner import Job, run_batch
-from episodes.store import open_store
+from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.backends.scripted import ScriptedBackend
+from sotopia_env.episodes.runner import Job, run_batch
+from sotopia_env.episodes.store import open_store
 from sotopia_env.evaluation import RuleBasedEvaluator
 from sotopia_env.library import load_library
 from sotopia_env.sampler import sample_setups

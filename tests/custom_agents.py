@@ -2,8 +2,8 @@
 
 import asyncio
 
-from agents.llm import LLMAgent
 from sotopia_env.actions import AgentAction
+from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.observation import Observation
 
 

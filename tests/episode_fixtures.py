@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
-from episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.backends.base import Usage
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, Dimension, DimensionScore, EpisodeRating
 from sotopia_env.library import load_library
 from sotopia_env.sampler import eligible_setups
@@ -133,7 +133,7 @@ def make_episodes(n: int, start: int = 0, **kwargs: object) -> list[EpisodeLog]:
 
 def write_episodes(url: str, worker: int, n: int) -> None:
     """Open the store at ``url`` and put ``n`` episodes with ids ``w<worker>-<j>`` (for multi-process tests)."""
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     store = open_store(url)
     try:

@@ -2,6 +2,7 @@
 
 ``setup_commands()`` gives the two commands at the top of the README (set up and run an episode; run the tests);
 ``blocks(section)`` gives the fenced blocks under a ``## section`` heading, with their language.
+``python3 tests/readme_blocks.py N`` prints the Nth setup command; ``... python-api`` the Python API code.
 """
 
 from __future__ import annotations
@@ -37,4 +38,7 @@ def blocks(section: str, text: str | None = None) -> list[tuple[str, str]]:
 if __name__ == "__main__":
     import sys
 
-    print(setup_commands()[int(sys.argv[1]) - 1])
+    if sys.argv[1] == "python-api":  # the Python API section's code, for the wheel check in .ci/run
+        print("\n".join(body for lang, body in blocks("Python API") if lang == "python"))
+    else:
+        print(setup_commands()[int(sys.argv[1]) - 1])

@@ -29,7 +29,7 @@ STAGES = ["bc", "sr1", "rl"]
 
 
 def test_two_processes_train_the_same_weights_and_only_the_main_one_plays(tmp_path, tmp_path_factory):
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     raw = pipeline_config(tmp_path, tiny_model_spec(tmp_path_factory))
     raw["eval"] = {"enabled": False}

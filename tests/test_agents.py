@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from agents.human import HumanAgent
-from agents.llm import LLMAgent
-from agents.loading import AgentSpecError, is_custom_spec, load_agent
-from agents.scripted import ReplayAgent, ScriptedAgent
-from episodes.runner import play
 from sotopia_env.actions import ActionType, AgentAction, action_json_schema
+from sotopia_env.agents.human import HumanAgent
+from sotopia_env.agents.llm import LLMAgent
+from sotopia_env.agents.loading import AgentSpecError, is_custom_spec, load_agent
+from sotopia_env.agents.scripted import ReplayAgent, ScriptedAgent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import SocialEnv
+from sotopia_env.episodes.runner import play
 from sotopia_env.evaluation import RuleBasedEvaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt

@@ -4,7 +4,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from sotopia_cli.main import app
+from sotopia_env.cli.main import app
 
 runner = CliRunner()
 
@@ -90,7 +90,7 @@ def test_run_store_list_show_export_import_report(tmp_path):
     assert result.output.count('said: "After you."') == 3 and "ended: max_turns" in result.output
     result = invoke("episodes", "list", "--store", store, "--tag", "cli")
     assert result.exit_code == 0 and "1 shown of 1" in result.output
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     (log,) = open_store(store).query(tag="cli")
     result = invoke("episodes", "show", log.id[:8], "--store", store)
@@ -141,7 +141,7 @@ def test_benchmark_both_seats_and_resume(tmp_path, library):
     assert "4 episodes: 0 already done" in result.output
     result = invoke(*args)
     assert "4 episodes: 4 already done" in result.output
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     seats = {tuple(a.model for a in log.agents) for log in open_store(store).query(tag="b")}
     assert seats == {
@@ -163,7 +163,7 @@ def test_import_of_a_broken_file_stores_nothing(tmp_path):
     target = f"sqlite:///{tmp_path}/target.db"
     result = invoke("episodes", "import", broken, "--store", target)
     assert result.exit_code == 1 and "broken.jsonl:2" in result.output and "status" in result.output
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     assert open_store(target).count() == 0
 
@@ -184,7 +184,7 @@ def test_agent_errors_are_stored_per_turn(tmp_path):
         "err",
     )
     assert result.exit_code == 0 and "agent error" in result.output and "ended: agent_error" in result.output
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     (log,) = open_store(store).query(tag="err")
     assert "ZeroDivisionError" in log.turns[0].action.error

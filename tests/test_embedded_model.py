@@ -6,13 +6,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agents.llm import LLMAgent
-from episodes.runner import play
-from episodes.store import open_store
-from sotopia_cli.main import app
+from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.resolve import resolve_backend
+from sotopia_env.cli.main import app
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.runner import play
+from sotopia_env.episodes.store import open_store
 from sotopia_env.evaluation import GOAL_ONLY
 from sotopia_env.llm_evaluator import LLMEvaluator
 
@@ -32,7 +32,7 @@ def test_real_two_agent_episode_every_action_parses(embedded_model_path, two_fri
 
 
 def test_real_judge_gives_valid_or_honestly_unrated(embedded_model_path, two_friends):
-    from agents.scripted import ScriptedAgent
+    from sotopia_env.agents.scripted import ScriptedAgent
 
     backend = resolve_backend("smollm2-135m")
     judge = LLMEvaluator(backend, GOAL_ONLY, max_retries=1)
@@ -97,7 +97,7 @@ def test_eval_socialiqa_constrained_is_always_well_formed(embedded_model_path, t
 
 
 def test_social_r1_llm_judge_with_the_embedded_model(embedded_model_path):
-    from training.rewards import JudgeError, LLMSIPJudge, SocialR1Config, make_social_r1_reward
+    from sotopia_env.training.rewards import JudgeError, LLMSIPJudge, SocialR1Config, make_social_r1_reward
 
     judge = LLMSIPJudge(resolve_backend("smollm2-135m"), max_new_tokens=160)
     completion = (

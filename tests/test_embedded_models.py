@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sotopia_cli.models_cmds import models_app
 from sotopia_env import embedded_models as models
+from sotopia_env.cli.models_cmds import models_app
 from sotopia_env.embedded_models import (
     EMBEDDED_MODELS,
     ModelUnavailable,
@@ -157,8 +157,8 @@ def test_models_list_and_pull_commands(cache: Path, monkeypatch: pytest.MonkeyPa
 
 def test_run_without_a_model_is_one_line(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``sotopia-env run`` when the embedded model cannot be had: one line on stderr, exit 1, no traceback."""
-    from sotopia_cli.main import app
     from sotopia_env.backends.resolve import release_backends
+    from sotopia_env.cli.main import app
 
     release_backends()  # a backend another test loaded would be reused instead of pulling the model
     monkeypatch.setattr(models, "_from_hub", lambda *a: "offline (HF_HUB_OFFLINE is set)")

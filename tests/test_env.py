@@ -5,10 +5,10 @@ import warnings
 import pytest
 from pettingzoo.test import parallel_api_test
 
-from agents.scripted import ScriptedAgent
-from episodes.runner import play
 from sotopia_env.actions import ACTION_TYPES, AgentAction
+from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.episodes.runner import play
 from sotopia_env.evaluation import EpisodeRating, RuleBasedEvaluator
 from sotopia_env.observation import Observation, background_for, build_observation, labels_for
 
@@ -200,7 +200,7 @@ def test_env_rates_through_the_same_call_as_the_episode_runner(two_friends):
     sync copy; it works from inside a running event loop too."""
     import asyncio
 
-    from episodes.runner import play
+    from sotopia_env.episodes.runner import play
 
     class AsyncOnly(RuleBasedEvaluator):
         def evaluate(self, context):
@@ -220,7 +220,7 @@ def test_env_rates_through_the_same_call_as_the_episode_runner(two_friends):
         a, b = two_friends.agent_names
         assert rewards == {a: 2.0, b: 0.0}
         assert infos[a]["evaluation"]["goal"]["score"] == 2
-    from agents.scripted import ScriptedAgent
+    from sotopia_env.agents.scripted import ScriptedAgent
 
     log = asyncio.run(play(two_friends, [ScriptedAgent(["x"]), ScriptedAgent([])], AsyncOnly(), EnvConfig(max_turns=1)))
     assert log.score(a, "goal") == rewards[a]

@@ -16,8 +16,8 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
 from sotopia_env.evaluation import RuleBasedEvaluator
 from sotopia_env.prompt import prompt_text
-from training.episode_grpo import Rollout, Sample, group_advantages, pack, play_one, token_logprobs
-from training.grpo import GRPOStageConfig, train_grpo
+from sotopia_env.training.episode_grpo import Rollout, Sample, group_advantages, pack, play_one, token_logprobs
+from sotopia_env.training.grpo import GRPOStageConfig, train_grpo
 
 POLICY_LINES = ["I would love some help with the garden.", "Thanks, that settles it."]
 
@@ -71,7 +71,7 @@ def test_an_update_favours_the_better_episodes_tokens_over_the_worse(tmp_path_fa
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.episode_grpo import policy_loss
+    from sotopia_env.training.episode_grpo import policy_loss
 
     spec = tiny_model_spec(tmp_path_factory)
     tokenizer = AutoTokenizer.from_pretrained(spec)
@@ -130,7 +130,7 @@ def test_generation_and_updates_share_one_worker_thread(tmp_path, tmp_path_facto
     # on CPU, generating on another thread than the one that ran the backward pass was twice as slow
     import threading
 
-    import training.episode_grpo as episode_grpo
+    import sotopia_env.training.episode_grpo as episode_grpo
     from sotopia_env.backends.local import LocalBackend
 
     threads: dict[str, set[int]] = {"generate": set(), "update": set()}
@@ -159,8 +159,8 @@ def test_unrated_episodes_get_no_advantage_and_are_counted(tmp_path, tmp_path_fa
 
 
 def test_pipeline_runs_rl_task_episodes_and_evaluates_it(tmp_path, tmp_path_factory):
-    from training.config import parse_config
-    from training.pipeline import run_pipeline
+    from sotopia_env.training.config import parse_config
+    from sotopia_env.training.pipeline import run_pipeline
 
     raw = {
         "output_dir": str(tmp_path / "run"), "base_model": tiny_model_spec(tmp_path_factory),
@@ -183,14 +183,14 @@ def test_pipeline_bc_warm_start_with_a_partner_trains_only_the_experts_seat(tmp_
     """``bc.partner``: the verifiable expert plays seat 1 against the rule partner; only its turns are examples,
     and RL continues the BC adapter. A rule partner on a scenario without hidden facts is one line."""
     from sotopia_env.errors import UserError
-    from training.config import parse_config
-    from training.pipeline import run_pipeline
+    from sotopia_env.training.config import parse_config
+    from sotopia_env.training.pipeline import run_pipeline
 
     raw = {
         "output_dir": str(tmp_path / "run"), "base_model": tiny_model_spec(tmp_path_factory),
         "env": {"max_turns": 6}, "generation": {"max_new_tokens": 8}, "evaluator": {"model": "verifiable"},
         "train": {"max_steps": 1, "batch_size": 2},
-        "bc": {"expert": "training.experts:VerifiableExpert", "partner": "rule-partner",
+        "bc": {"expert": "sotopia_env.training.experts:VerifiableExpert", "partner": "rule-partner",
                "scenarios": "bargaining:train", "episodes_per_scenario": 1, "filter": {"min_goal": 1}},
         "sr": {"rounds": 0}, "eval": {"enabled": False},
         "rl": {"task": "episodes", "partner": "rule-partner", "group_size": 2, "max_turns": 2,
@@ -214,8 +214,8 @@ def test_train_grpo_cli_runs_episodes_and_a_bad_selector_is_one_line(tmp_path, t
     import yaml
     from typer.testing import CliRunner
 
-    from sotopia_cli.main import app
-    from training.config import load_grpo_config
+    from sotopia_env.cli.main import app
+    from sotopia_env.training.config import load_grpo_config
 
     example = load_grpo_config(Path(__file__).resolve().parents[1] / "examples" / "grpo-episodes-cpu.yaml")
     assert (example.task, example.partner, example.evaluator) == ("episodes", "rule-partner", "verifiable")

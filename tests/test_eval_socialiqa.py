@@ -1,7 +1,7 @@
 import re
 
-from sotopia_cli.eval_cmds import THINK_ANSWER_REGEX
-from training.rewards import check_format, parse_choice
+from sotopia_env.cli.eval_cmds import THINK_ANSWER_REGEX
+from sotopia_env.training.rewards import check_format, parse_choice
 
 
 def test_the_constraint_admits_exactly_well_formed_answers():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from sotopia_cli.main import app
+from sotopia_env.cli.main import app
 from sotopia_env.evaluation import RuleBasedEvaluator
 from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.llm_evaluator import LLMEvaluator
@@ -29,8 +29,8 @@ def test_cli_and_pipeline_take_the_same_words(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "ratings by rule-based" in result.output
 
-    from training.config import load_config
-    from training.context import StageContext
+    from sotopia_env.training.config import load_config
+    from sotopia_env.training.context import StageContext
 
     config = tmp_path / "p.yaml"
     lines = ["base_model: smollm2-135m", f"output_dir: {tmp_path}/out", f"store: {store}", "evaluator: {model: none}"]

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from episode_fixtures import make_episode, make_episodes
 
-from episodes.export import (
+from sotopia_env.actions import ActionType
+from sotopia_env.episodes.export import (
     EpisodeFileError,
     export_jsonl,
     from_hf_dataset,
@@ -17,8 +18,8 @@ from episodes.export import (
     import_jsonl_into,
     to_hf_dataset,
 )
-from episodes.log import SCHEMA_VERSION, EpisodeLog
-from episodes.sotopia_format import (
+from sotopia_env.episodes.log import SCHEMA_VERSION, EpisodeLog
+from sotopia_env.episodes.sotopia_format import (
     NO_RATINGS,
     SotopiaFormatError,
     action_to_message,
@@ -40,8 +41,7 @@ from episodes.sotopia_format import (
     write_environment_profiles,
     write_jsonl,
 )
-from episodes.sqlite_store import SQLiteStore
-from sotopia_env.actions import ActionType
+from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.evaluation import GOAL_ONLY
 from sotopia_env.library import load_library
 

@@ -17,9 +17,9 @@ import yaml
 from loopback_openai import LoopbackOpenAI, Reply
 from typer.testing import CliRunner
 
-from sotopia_cli.main import app
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.scripted import ScriptedBackend
+from sotopia_env.cli.main import app
 from sotopia_env.generation.characters import Attributes, character_schema, generate_characters
 from sotopia_env.generation.core import InvalidGeneration, RunSettings, load_json_object
 from sotopia_env.generation.scenarios import example_json, generate_scenarios, parse_scenario, scenario_schema

@@ -10,8 +10,8 @@ import pytest
 from test_training_tiny import one_torch_thread  # noqa: F401
 from typer.testing import CliRunner
 
-from training.grpo import GRPOStageConfig, train_grpo
-from training.rl import RLTask, TaskError, build_task, register_task, task_names
+from sotopia_env.training.grpo import GRPOStageConfig, train_grpo
+from sotopia_env.training.rl import RLTask, TaskError, build_task, register_task, task_names
 
 ROOT = Path(__file__).resolve().parents[1]
 SOCIALIQA = ROOT / "examples" / "data" / "socialiqa-tiny.jsonl"
@@ -57,8 +57,8 @@ def test_built_in_tasks_give_chat_prompts_and_rewards_that_read_their_columns():
 
 
 def test_social_r1_gives_none_when_the_judge_cannot_rate():
-    from training.rewards.sip_judges import JudgeError
-    from training.rl.builtin import make_social_r1_task_reward
+    from sotopia_env.training.rewards.sip_judges import JudgeError
+    from sotopia_env.training.rl.builtin import make_social_r1_task_reward
 
     class Failing:
         def judge(self, context: str, reasoning: str):
@@ -156,7 +156,7 @@ def test_continue_a_trained_adapter(tmp_path, tiny_model_dir):
 def test_cli_train_grpo_and_its_one_line_errors(tmp_path, tiny_model_dir):
     import yaml
 
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     runner = CliRunner()
     config = _config(tmp_path, tiny_model_dir, save_steps=50)

@@ -12,8 +12,8 @@ from test_training_e2e import _config as pipeline_config
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 from typer.testing import CliRunner
 
-from training.config import ConfigError, load_config, parse_config
-from training.pipeline import PipelineState, plan
+from sotopia_env.training.config import ConfigError, load_config, parse_config
+from sotopia_env.training.pipeline import PipelineState, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SOCIALIQA = str(ROOT / "examples" / "data" / "socialiqa-tiny.jsonl")
@@ -24,7 +24,7 @@ RL = {
 
 
 def test_bc_sr_rl_end_to_end_then_resume_skips_finished_stages(tmp_path, tmp_path_factory):
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     raw = pipeline_config(tmp_path, tiny_model_spec(tmp_path_factory))
     raw["train"]["max_steps"] = 2
@@ -88,7 +88,7 @@ def test_example_configs_with_rl():
     assert gpu.rl.temperature == 0.9
     assert (gpu.train.lora_r, gpu.train.lora_alpha, gpu.train.learning_rate) == (8, 32, 5e-5)
     assert plan(gpu)[-2:] == ["rl", "eval-rl"]
-    from training.config import load_grpo_config
+    from sotopia_env.training.config import load_grpo_config
 
     cpu = load_grpo_config(ROOT / "examples" / "grpo-socialiqa-cpu.yaml")
     assert cpu.task == "socialiqa" and Path(ROOT / cpu.data).is_file()

@@ -11,9 +11,9 @@ from test_grpo import _config
 from test_training_tiny import one_torch_thread  # noqa: F401
 
 from sotopia_env.backends.scripted import ScriptedBackend
-from training.grpo import train_grpo
-from training.rl import RLTask, TaskError, build_task, register_task
-from training.rl.social_turns import SCORE_SCHEMA, UtteranceJudge, action_valid, state_text, turn_dataset
+from sotopia_env.training.grpo import train_grpo
+from sotopia_env.training.rl import RLTask, TaskError, build_task, register_task
+from sotopia_env.training.rl.social_turns import SCORE_SCHEMA, UtteranceJudge, action_valid, state_text, turn_dataset
 
 SPEAK = '{"action_type": "speak", "argument": "Could we split the cost?"}'
 LEAVE = '{"action_type": "leave", "argument": ""}'
@@ -21,7 +21,7 @@ LEAVE = '{"action_type": "leave", "argument": ""}'
 
 @pytest.fixture
 def episodes_file(tmp_path) -> Path:
-    from episodes.export import export_jsonl
+    from sotopia_env.episodes.export import export_jsonl
 
     logs = [*make_episodes(6), make_episode(7, status="unrated")]
     path = tmp_path / "episodes.jsonl"
@@ -30,8 +30,8 @@ def episodes_file(tmp_path) -> Path:
 
 
 def test_turn_prompts_are_what_the_agents_saw_on_train_scenarios_only(episodes_file):
-    from episodes.export import import_jsonl
-    from training.dataset import build_dataset
+    from sotopia_env.episodes.export import import_jsonl
+    from sotopia_env.training.dataset import build_dataset
 
     dataset = turn_dataset(str(episodes_file), None)
     logs = import_jsonl(episodes_file)

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from agents.scripted import ScriptedAgent
-from episodes.runner import play
+from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.backends.scripted import ScriptedBackend
+from sotopia_env.episodes.runner import play
 from sotopia_env.evaluation import GOAL_ONLY, SOTOPIA_DIMENSIONS, Dimension, EpisodeContext
 from sotopia_env.llm_evaluator import LLMEvaluator, dimensions_from_config, evaluation_prompt, rating_schema
 

@@ -17,8 +17,8 @@ import pytest
 from test_training_e2e import _config as e2e_config
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 
-from training.config import ConfigError, parse_config
-from training.policy_server import PolicyServer, PolicyServerConfig, PolicyServerError
+from sotopia_env.training.config import ConfigError, parse_config
+from sotopia_env.training.policy_server import PolicyServer, PolicyServerConfig, PolicyServerError
 
 STAND_IN = Path(__file__).resolve().parent / "policy_stand_in.py"
 HEALTH = "http://127.0.0.1:{port}/v1/models"
@@ -53,8 +53,8 @@ def served(argv: list[str]) -> str:
 
 
 def test_pipeline_plays_through_the_server_and_survives_its_death(tmp_path, tmp_path_factory):
-    from episodes.store import open_store
-    from training.pipeline import PipelineState, run_stages
+    from sotopia_env.episodes.store import open_store
+    from sotopia_env.training.pipeline import PipelineState, run_stages
 
     base = tiny_model_spec(tmp_path_factory)
     record = tmp_path / "record.jsonl"

@@ -168,10 +168,10 @@ def test_embedded_model_episode_with_the_prefix_cache(embedded_model_path: str, 
     """A real 6-turn episode on SmolLM2-135M: every action parses, the same episode as without the cache."""
     from custom_agents import TalkingAgent
 
-    from episodes.runner import play
     from sotopia_env.actions import parse_action
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import play
 
     settings = GenerationSettings(temperature=0.0, max_new_tokens=48)
     logs, stats = [], []

@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.
 
 import batch_worker  # noqa: E402
 
-from episodes.ray_batch import (  # noqa: E402
+from sotopia_env.episodes.ray_batch import (  # noqa: E402
     WORKER_PREFIX,
     BatchRecipe,
     RayConfig,
@@ -31,7 +31,7 @@ from episodes.ray_batch import (  # noqa: E402
     check_store,
     run_batch_on_ray,
 )
-from episodes.store import open_store  # noqa: E402
+from sotopia_env.episodes.store import open_store  # noqa: E402
 from sotopia_env.evaluation import RuleBasedEvaluator  # noqa: E402
 
 N_SCENARIOS = 8  # one setup each: 8 episodes of 8 scripted calls
@@ -131,7 +131,7 @@ def test_workers_killed_mid_batch_lose_and_double_nothing(cluster, store_url, ta
 
 
 def test_more_workers_than_the_cluster_holds_is_a_one_line_error(cluster, tmp_path):
-    from episodes.ray_batch import RayError
+    from sotopia_env.episodes.ray_batch import RayError
 
     store_url = f"sqlite:///{tmp_path}/e.db"
     with pytest.raises(RayError, match=r"^3 Ray workers need 3 CPUs and 0 GPUs; the cluster has 2 CPUs and 0 GPUs"):
@@ -153,7 +153,7 @@ def test_sqlite_is_refused_for_a_remote_cluster(cluster, tmp_path):
 def test_benchmark_cli_with_ray(cluster, tmp_path, library):
     from typer.testing import CliRunner
 
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     store = f"sqlite:///{tmp_path}/b.db"
     ids = ",".join(sorted(library.scenarios)[:2])
@@ -166,9 +166,9 @@ def test_benchmark_cli_with_ray(cluster, tmp_path, library):
 
 
 def test_pipeline_stage_plays_its_jobs_on_ray(cluster, tmp_path, library):
-    from episodes.jobs import self_play_jobs
-    from training.config import parse_config
-    from training.context import StageContext
+    from sotopia_env.episodes.jobs import self_play_jobs
+    from sotopia_env.training.config import parse_config
+    from sotopia_env.training.context import StageContext
 
     raw = {"output_dir": str(tmp_path / "run"), "ray": {"num_workers": 1}, "concurrency": 4, "env": {"max_turns": 2}}
     ctx = StageContext.open(parse_config(raw), progress=False)
@@ -180,7 +180,7 @@ def test_pipeline_stage_plays_its_jobs_on_ray(cluster, tmp_path, library):
 
 
 def test_ray_config_section_is_checked():
-    from training.config import ConfigError, parse_config
+    from sotopia_env.training.config import ConfigError, parse_config
 
     assert parse_config({"output_dir": "o", "ray": {"address": "auto"}}).ray == RayConfig(address="auto")
     pinned = parse_config({"output_dir": "o", "ray": {"pin_endpoints": True}}).ray
@@ -192,7 +192,7 @@ def test_ray_config_section_is_checked():
 
 
 def test_without_ray_installed_the_error_is_one_line(monkeypatch):
-    from episodes.ray_batch import RayError, connect
+    from sotopia_env.episodes.ray_batch import RayError, connect
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where the extra is not installed
     with pytest.raises(RayError, match=r"^--ray needs Ray: pip install 'sotopia-env\[ray\]'$"):
@@ -206,7 +206,14 @@ def test_an_unreachable_cluster_is_a_one_line_error(tmp_path):
     from conftest import free_port
 
     port = free_port()
-    cli = [sys.executable, "-c", "from sotopia_cli.main import app; app()", "benchmark", "--evaluator", "rule-based"]
+    cli = [
+        sys.executable,
+        "-c",
+        "from sotopia_env.cli.main import app; app()",
+        "benchmark",
+        "--evaluator",
+        "rule-based",
+    ]
     cli += ["--scenarios", "test", "--store", str(tmp_path / "e.db"), "--ray", f"127.0.0.1:{port}"]
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
@@ -225,8 +232,8 @@ def test_pinned_workers_each_call_only_their_own_server(cluster, tmp_path):
     sys.path.insert(0, str(REPO / "benchmarks"))
     from _loopback_server import respond
 
-    from episodes.runner import Job, default_agent_factory
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import Job, default_agent_factory
 
     jobs = [Job(j.setup, ["openai/loopback", "openai/loopback"]) for j in batch_worker.jobs(4)]
 

@@ -1,8 +1,8 @@
 import json
 import math
 
-from episodes.log import AgentSpec, EpisodeLog
-from episodes.report import build_report, plot_report, print_report, t_interval, wide_table
+from sotopia_env.episodes.log import AgentSpec, EpisodeLog
+from sotopia_env.episodes.report import build_report, plot_report, print_report, t_interval, wide_table
 from sotopia_env.evaluation import AgentRating, DimensionScore, EpisodeRating
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from training.rewards import (
+from sotopia_env.training.rewards import (
     STAGES,
     JudgeError,
     LLMSIPJudge,
@@ -23,7 +23,7 @@ from training.rewards import (
     make_social_r1_reward,
     social_r1_scores,
 )
-from training.rewards.sip_judges import JUDGE_SCHEMA, parse_judgement
+from sotopia_env.training.rewards.sip_judges import JUDGE_SCHEMA, parse_judgement
 
 PROMPT = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Robin gave Sam a hug."}]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from training.rewards import (
+from sotopia_env.training.rewards import (
     FormatConfig,
     SocialIQaItem,
     SocialIQaRewardConfig,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from training.rewards import (
+from sotopia_env.training.rewards import (
     ResponseRecord,
     item_selection_reward,
     parse_item_choice,

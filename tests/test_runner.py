@@ -10,9 +10,9 @@ from pathlib import Path
 
 import batch_worker
 
-from agents.scripted import ScriptedAgent
-from episodes.runner import run_batch
-from episodes.store import open_store
+from sotopia_env.agents.scripted import ScriptedAgent
+from sotopia_env.episodes.runner import run_batch
+from sotopia_env.episodes.store import open_store
 from sotopia_env.evaluation import EpisodeRating, RuleBasedEvaluator
 
 
@@ -118,7 +118,7 @@ def test_sigkill_midway_then_resume_loses_and_duplicates_nothing(tmp_path):
 
 
 def test_rate_stored_rerates_unrated_and_keeps_failures_honest(tmp_path):
-    from episodes.rate import rate_stored
+    from sotopia_env.episodes.rate import rate_stored
 
     class Exploding(RuleBasedEvaluator):
         async def aevaluate(self, context):

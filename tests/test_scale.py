@@ -21,10 +21,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _common import LoopbackProcess, two_seat_setups  # noqa: E402
 from _loopback_server import respond  # noqa: E402  (valid actions and ratings for any of our schemas)
 
-from episodes.gc_tuning import BATCH_THRESHOLDS  # noqa: E402
-from episodes.runner import Job, calls_in_flight, default_agent_factory, run_batch  # noqa: E402
-from episodes.store import open_store  # noqa: E402
-from sotopia_cli.main import app  # noqa: E402
 from sotopia_env.backends.endpoints import (  # noqa: E402
     EndpointPool,
     endpoint_share,
@@ -33,9 +29,13 @@ from sotopia_env.backends.endpoints import (  # noqa: E402
     split_api_bases,
 )
 from sotopia_env.backends.resolve import release_backends, resolve_backend  # noqa: E402
+from sotopia_env.cli.main import app  # noqa: E402
 from sotopia_env.env import EnvConfig  # noqa: E402
+from sotopia_env.episodes.gc_tuning import BATCH_THRESHOLDS  # noqa: E402
+from sotopia_env.episodes.runner import Job, calls_in_flight, default_agent_factory, run_batch  # noqa: E402
+from sotopia_env.episodes.store import open_store  # noqa: E402
 from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
-from training.config import ConfigError, parse_config  # noqa: E402
+from sotopia_env.training.config import ConfigError, parse_config  # noqa: E402
 
 
 def invoke(*args: str) -> Any:

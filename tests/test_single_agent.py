@@ -7,12 +7,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import sotopia_env  # noqa: F401 - registers sotopia_env/Social-v0
-from agents.llm import LLMAgent
-from agents.scripted import ScriptedAgent
-from episodes.runner import play
+from sotopia_env.agents.llm import LLMAgent
+from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.runner import play
 from sotopia_env.evaluation import GOAL_ONLY, RuleBasedEvaluator
 from sotopia_env.llm_evaluator import LLMEvaluator
 from sotopia_env.observation import Observation

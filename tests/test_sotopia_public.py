@@ -10,9 +10,9 @@ import pytest
 from episode_fixtures import make_episode
 from typer.testing import CliRunner
 
-from episodes.log import EpisodeLog
-from episodes.sotopia_format import NO_RATINGS, SotopiaFormatError
-from episodes.sotopia_public import (
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.sotopia_format import NO_RATINGS, SotopiaFormatError
+from sotopia_env.episodes.sotopia_public import (
     PUBLIC_FIELDS,
     episode_from_public,
     episode_to_public,
@@ -276,8 +276,8 @@ def test_malformed_containers(tmp_path: Path) -> None:
 
 
 def test_cli_export_and_import_and_bad_file_stores_nothing(tmp_path: Path) -> None:
-    from episodes.sqlite_store import SQLiteStore
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
+    from sotopia_env.episodes.sqlite_store import SQLiteStore
 
     runner = CliRunner()
     source = f"sqlite:///{tmp_path / 'a.db'}"

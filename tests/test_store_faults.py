@@ -30,13 +30,13 @@ import pytest
 from conftest import start_redis_server
 from typer.testing import CliRunner
 
-from episodes.export import import_jsonl
-from episodes.redis_store import RedisStore
-from episodes.runner import run_batch
-from episodes.sqlite_store import SQLiteStore
-from episodes.store import EpisodeStore
-from episodes.store_writer import EpisodesSpilled, StoreWriter
-from sotopia_cli.main import app
+from sotopia_env.cli.main import app
+from sotopia_env.episodes.export import import_jsonl
+from sotopia_env.episodes.redis_store import RedisStore
+from sotopia_env.episodes.runner import run_batch
+from sotopia_env.episodes.sqlite_store import SQLiteStore
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.episodes.store_writer import EpisodesSpilled, StoreWriter
 from sotopia_env.evaluation import RuleBasedEvaluator
 
 TESTS = Path(__file__).parent
@@ -164,7 +164,7 @@ def test_redis_down_for_good_spills_the_rest_and_import_completes_the_set(
     data_home = tmp_path / "data"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     env["XDG_DATA_HOME"] = str(data_home)
-    cli = [sys.executable, "-c", "from sotopia_cli.main import app; app()", *args]
+    cli = [sys.executable, "-c", "from sotopia_env.cli.main import app; app()", *args]
     proc = subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watcher = RedisStore(redis_server.url)
     wait_until(lambda: watcher.count(tag="down") >= 2, proc)
@@ -391,7 +391,7 @@ def test_run_records_its_seed_and_stores_once(tmp_path: Path):
 def test_sqlite_thread_reconnects_after_a_read_only_fault(tmp_path: Path):
     from episode_fixtures import make_episode
 
-    from episodes.store import StoreUnavailable
+    from sotopia_env.episodes.store import StoreUnavailable
 
     db = tmp_path / "eps.db"
     SQLiteStore(str(db)).close()

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from episode_fixtures import make_episode, make_episodes, write_episodes
 
-from episodes.log import EpisodeLog
-from episodes.redis_store import RedisStore
-from episodes.sqlite_store import SQLiteStore
-from episodes.store import EpisodeStore, StoreError, open_store
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.redis_store import RedisStore
+from sotopia_env.episodes.sqlite_store import SQLiteStore
+from sotopia_env.episodes.store import EpisodeStore, StoreError, open_store
 
 REDIS_SKIP = "REDIS_URL is not set: Redis store tests skipped"
 

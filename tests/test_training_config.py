@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sotopia_cli.main import app
-from training.config import ConfigError, load_config, parse_config
+from sotopia_env.cli.main import app
+from sotopia_env.training.config import ConfigError, load_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -58,7 +58,7 @@ def test_stage_overrides_reach_the_train_config():
 
 
 def test_scenario_selectors_keep_test_out_of_training_and_train_out_of_evaluation(tmp_path):
-    from training.context import StageContext
+    from sotopia_env.training.context import StageContext
 
     ctx = StageContext.open(parse_config({"output_dir": str(tmp_path / "o")}, "c.yaml"), progress=False)
     assert all(s.split == "train" for s in ctx.scenarios("bc.scenarios", "train"))
@@ -103,7 +103,7 @@ def test_sr_before_bc_is_refused(tmp_path):
 def test_dataset_command_writes_examples(tmp_path):
     from episode_fixtures import make_episode
 
-    from episodes.store import open_store
+    from sotopia_env.episodes.store import open_store
 
     url = f"sqlite:///{tmp_path / 'e.db'}"
     store = open_store(url)

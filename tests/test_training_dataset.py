@@ -8,15 +8,15 @@ import json
 import pytest
 from episode_fixtures import make_episode, setups
 
-from agents.llm import LLMAgent
-from episodes.log import EpisodeLog
-from episodes.runner import play
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.runner import play
 from sotopia_env.evaluation import AgentRating, DimensionScore, EpisodeRating, RuleBasedEvaluator
-from training.dataset import (
+from sotopia_env.training.dataset import (
     FilterConfig,
     ReplayError,
     Sample,
@@ -143,7 +143,7 @@ def test_loss_is_on_the_completion_only(tmp_path_factory, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from training.trainer import TrainConfig, sft_config
+    from sotopia_env.training.trainer import TrainConfig, sft_config
 
     spec = tiny_model_spec(tmp_path_factory)
     dataset, _ = build_dataset([make_episode(0)])
@@ -167,10 +167,10 @@ def test_loss_is_on_the_completion_only(tmp_path_factory, tmp_path):
 def test_random_order_episodes_replay_from_their_seed(two_friends):
     import asyncio
 
-    from agents.scripted import ScriptedAgent
-    from episodes.runner import play
+    from sotopia_env.agents.scripted import ScriptedAgent
     from sotopia_env.env import EnvConfig
-    from training.dataset import replay
+    from sotopia_env.episodes.runner import play
+    from sotopia_env.training.dataset import replay
 
     agents = [ScriptedAgent([f"a{i}" for i in range(6)]), ScriptedAgent([f"b{i}" for i in range(6)])]
     log = asyncio.run(play(two_friends, agents, None, EnvConfig(action_order="random", max_turns=8), seed=5))

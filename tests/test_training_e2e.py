@@ -17,11 +17,11 @@ import yaml
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 from typer.testing import CliRunner
 
-from training.config import parse_config
-from training.pipeline import PipelineState, plan
+from sotopia_env.training.config import parse_config
+from sotopia_env.training.pipeline import PipelineState, plan
 
 TRAIN_SCENARIOS = "accommodation-drum-practice,collaboration-garden-plot"
-EXPERT = "training.experts:ScriptedExpert"
+EXPERT = "sotopia_env.training.experts:ScriptedExpert"
 
 
 def _config(tmp_path: Path, base_model: str) -> dict:
@@ -54,8 +54,8 @@ def _config(tmp_path: Path, base_model: str) -> dict:
 
 
 def test_pipeline_trains_resumes_and_the_adapter_plays(tmp_path, tmp_path_factory, monkeypatch):
-    import training.pipeline
-    from sotopia_cli.main import app
+    import sotopia_env.training.pipeline as pipeline
+    from sotopia_env.cli.main import app
 
     raw = _config(tmp_path, tiny_model_spec(tmp_path_factory))
     config = parse_config(raw, "e2e")
@@ -65,9 +65,9 @@ def test_pipeline_trains_resumes_and_the_adapter_plays(tmp_path, tmp_path_factor
     def interrupted(*args, **kwargs):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(training.pipeline, "run_sr_round", interrupted)
+    monkeypatch.setattr(pipeline, "run_sr_round", interrupted)
     with pytest.raises(RuntimeError, match="interrupted"):
-        training.pipeline.run_pipeline(config, progress=False)
+        pipeline.run_pipeline(config, progress=False)
     monkeypatch.undo()
     state = PipelineState.load(config.out)
     assert list(state.stages) == ["eval-base", "bc", "eval-bc"]
@@ -104,13 +104,13 @@ def test_pipeline_trains_resumes_and_the_adapter_plays(tmp_path, tmp_path_factor
     # 4. the trained model plays an episode through the local backend
     from episode_fixtures import setups
 
-    from agents.llm import LLMAgent
-    from episodes.runner import play
+    from sotopia_env.agents.llm import LLMAgent
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.backends.local import LocalBackend
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import play
     from sotopia_env.evaluation import RuleBasedEvaluator
-    from training.experts import ScriptedExpert
+    from sotopia_env.training.experts import ScriptedExpert
 
     backend = LocalBackend.from_spec(sr1["model"])
     agent = LLMAgent(backend, GenerationSettings(temperature=1.0, max_new_tokens=24, seed=0))
@@ -124,7 +124,7 @@ def test_pipeline_trains_resumes_and_the_adapter_plays(tmp_path, tmp_path_factor
 
 
 def test_single_stage_commands(tmp_path, tmp_path_factory):
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     raw = _config(tmp_path, tiny_model_spec(tmp_path_factory))
     raw["train"]["max_steps"] = 2

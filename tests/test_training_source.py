@@ -11,7 +11,7 @@ from episode_fixtures import make_episode
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 from typer.testing import CliRunner
 
-from training.config import ConfigError, parse_config
+from sotopia_env.training.config import ConfigError, parse_config
 
 PI = Path(__file__).parent / "data" / "sotopia_pi_episodes.json"  # SOTOPIA-pi's six fields, unrated
 NO_RATING_FILTERS = {"top1_per_scenario_role": False, "min_goal": None}
@@ -35,8 +35,8 @@ def _write(tmp_path: Path, raw: dict) -> Path:
 
 
 def test_bc_clones_an_imported_sotopia_pi_file(tmp_path, tmp_path_factory):
-    from sotopia_cli.main import app
-    from training.pipeline import PipelineState
+    from sotopia_env.cli.main import app
+    from sotopia_env.training.pipeline import PipelineState
 
     raw = _config(tmp_path, tiny_model_spec(tmp_path_factory), {"path": str(PI), "format": "sotopia"})
     raw["bc"]["filter"] = NO_RATING_FILTERS
@@ -58,7 +58,7 @@ def test_bc_clones_an_imported_sotopia_pi_file(tmp_path, tmp_path_factory):
 
 
 def test_rating_filters_on_unrated_data_is_a_one_line_error(tmp_path):
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     raw = _config(tmp_path, "unused", {"path": str(PI), "format": "sotopia"})  # default filter: top-1 by rating
     result = CliRunner().invoke(app, ["train", "bc", str(_write(tmp_path, raw)), "--quiet"])
@@ -69,7 +69,7 @@ def test_rating_filters_on_unrated_data_is_a_one_line_error(tmp_path):
 
 
 def test_test_split_scenarios_are_refused_even_when_imported(tmp_path):
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     rows = json.loads(PI.read_text(encoding="utf-8"))
     rows[1]["codename"] = "one_quiet_room"  # the codename of a test scenario of the library
@@ -83,10 +83,10 @@ def test_test_split_scenarios_are_refused_even_when_imported(tmp_path):
 
 
 def test_a_store_tag_or_our_jsonl_as_source(tmp_path):
-    from episodes.export import export_jsonl
-    from training.bc import expert_episodes
-    from training.context import StageContext
-    from training.dataset import build_dataset
+    from sotopia_env.episodes.export import export_jsonl
+    from sotopia_env.training.bc import expert_episodes
+    from sotopia_env.training.context import StageContext
+    from sotopia_env.training.dataset import build_dataset
 
     raw = _config(tmp_path, "unused", {"tag": "experts"})
     ctx = StageContext.open(parse_config(raw, "c.yaml"), progress=False)
@@ -112,8 +112,8 @@ def test_a_store_tag_or_our_jsonl_as_source(tmp_path):
 
 
 def test_a_bad_source_file_is_a_one_line_error_naming_file_line_and_field(tmp_path):
-    from training.bc import expert_episodes
-    from training.context import StageContext
+    from sotopia_env.training.bc import expert_episodes
+    from sotopia_env.training.context import StageContext
 
     rows = json.loads(PI.read_text(encoding="utf-8"))
     rows[2]["social_interactions"] = "Olivia Brown: [shout] no"

@@ -57,13 +57,13 @@ def tiny_model_spec(tmp_path_factory) -> str:
 def test_tiny_model_plays_an_episode(tmp_path_factory):
     from episode_fixtures import setups
 
-    from agents.llm import LLMAgent
-    from episodes.runner import play
+    from sotopia_env.agents.llm import LLMAgent
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.backends.local import LocalBackend
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import play
     from sotopia_env.evaluation import RuleBasedEvaluator
-    from training.experts import ScriptedExpert
+    from sotopia_env.training.experts import ScriptedExpert
 
     backend = LocalBackend.from_spec(tiny_model_spec(tmp_path_factory))
     agent = LLMAgent(backend, GenerationSettings(temperature=1.0, max_new_tokens=16, seed=0))

@@ -10,8 +10,8 @@ from episode_fixtures import make_episode
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 
 from sotopia_env.model_ref import MODEL_REF, read_model_ref
-from training.dataset import build_dataset
-from training.trainer import TrainConfig, decide_precision, train
+from sotopia_env.training.dataset import build_dataset
+from sotopia_env.training.trainer import TrainConfig, decide_precision, train
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,12 @@ import asyncio
 
 import pytest
 
-from agents.loading import AgentSpecError, load_agent
-from agents.rule_partners import RulePartner, check_rule_specs
-from agents.scripted import ScriptedAgent
-from episodes.runner import play
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.agents.loading import AgentSpecError, load_agent
+from sotopia_env.agents.rule_partners import RulePartner, check_rule_specs
+from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.runner import play
 from sotopia_env.evaluation import EpisodeContext, aevaluate_safely
 from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.profiles import BargainingFacts, PersuasionFacts, SchedulingFacts
@@ -57,7 +57,7 @@ def test_verifiable_expert_wins_bargaining_and_scheduling_and_never_reads_the_hi
     which hint at the concern without naming it, so it never wins there (the BC filter drops those)."""
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import sample_setups
-    from training.experts import VerifiableExpert
+    from sotopia_env.training.experts import VerifiableExpert
 
     scenarios = sorted(library.select("verifiable:train"), key=lambda s: s.id)
     setups = sample_setups(scenarios, library, 1, seed=0)
@@ -282,11 +282,11 @@ def test_llm_evaluator_still_rates_verifiable_episodes(library):
 def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from episodes.export import export_jsonl
-    from episodes.store import open_store
-    from sotopia_cli.main import app
-    from training.rl import build_task
-    from training.rl.social_turns import turn_dataset, verifiable_turn
+    from sotopia_env.cli.main import app
+    from sotopia_env.episodes.export import export_jsonl
+    from sotopia_env.episodes.store import open_store
+    from sotopia_env.training.rl import build_task
+    from sotopia_env.training.rl.social_turns import turn_dataset, verifiable_turn
 
     monkeypatch.chdir(tmp_path)
     store = f"sqlite:///{tmp_path / 'e.db'}"

@@ -15,16 +15,16 @@ from episode_fixtures import make_episode
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from episodes.log import EpisodeLog
-from episodes.redis_store import RedisStore
-from episodes.report import build_report
-from episodes.sqlite_store import SQLiteStore
-from episodes.store import EpisodeStore, StoreError
-from episodes.viewer import create_app
-from episodes.viewer.index import Summary, SummaryIndex
-from episodes.viewer.listing import ListQuery, list_episodes, page_from_index
-from episodes.viewer.reports import summary_report
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.redis_store import RedisStore
+from sotopia_env.episodes.report import build_report
+from sotopia_env.episodes.sqlite_store import SQLiteStore
+from sotopia_env.episodes.store import EpisodeStore, StoreError
+from sotopia_env.episodes.viewer import create_app
+from sotopia_env.episodes.viewer.index import Summary, SummaryIndex
+from sotopia_env.episodes.viewer.listing import ListQuery, list_episodes, page_from_index
+from sotopia_env.episodes.viewer.reports import summary_report
 from sotopia_env.observation import background_for
 from sotopia_env.transcript import Turn
 
@@ -359,7 +359,7 @@ def test_old_index_is_rebuilt_in_the_background(store):
 
 
 def test_view_help():
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     r = CliRunner().invoke(app, ["view", "--help"])
     assert r.exit_code == 0 and "--store" in r.output and "--port" in r.output and "127.0.0.1" in r.output
@@ -376,7 +376,7 @@ def sqlite_url(tmp_path) -> str:
 def test_view_serves_on_loopback(monkeypatch, sqlite_url):
     import uvicorn
 
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
@@ -388,7 +388,7 @@ def test_view_serves_on_loopback(monkeypatch, sqlite_url):
 
 
 def test_view_port_in_use(sqlite_url):
-    from sotopia_cli.main import app
+    from sotopia_env.cli.main import app
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -24,8 +24,8 @@ sync_api = pytest.importorskip(
 
 from episode_fixtures import make_episode  # noqa: E402
 
-from episodes.sqlite_store import SQLiteStore  # noqa: E402
-from episodes.viewer import create_app  # noqa: E402
+from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
+from sotopia_env.episodes.viewer import create_app  # noqa: E402
 
 CHROMIUM_FLAGS = [
     "--headless",

@@ -1,6 +1,6 @@
 """Scripted learners for verifiable-scenario tests, loaded by ``module:Class`` spec (this folder is on sys.path)."""
 
-from agents.scripted import ScriptedAgent
+from sotopia_env.agents.scripted import ScriptedAgent
 
 
 class Buyer(ScriptedAgent):

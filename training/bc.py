@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from episodes.jobs import self_play_jobs, versus_jobs
-from episodes.log import EpisodeLog
-from training.context import StageContext, StageResult, batch_counts
-from training.dataset import build_dataset, played_by
-from training.sources import keep_unrated, read_source, status_counts, with_library_splits
-from training.trainer import train
+from sotopia_env.episodes.jobs import self_play_jobs, versus_jobs
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.training.context import StageContext, StageResult, batch_counts
+from sotopia_env.training.dataset import build_dataset, played_by
+from sotopia_env.training.sources import keep_unrated, read_source, status_counts, with_library_splits
+from sotopia_env.training.trainer import train
 
 STAGE = "bc"
 
@@ -36,7 +36,7 @@ def expert_episodes(ctx: StageContext) -> tuple[list[EpisodeLog], str, dict[str,
     tag = ctx.tag(STAGE)
     scenarios = ctx.scenarios("bc.scenarios", c.bc.scenarios)
     if c.bc.partner:
-        from agents.rule_partners import check_rule_specs
+        from sotopia_env.agents.rule_partners import check_rule_specs
 
         check_rule_specs(scenarios, [c.bc.expert, c.bc.partner], c.evaluator.model)  # one line if misplaced
         jobs = versus_jobs(scenarios, ctx.library, c.bc.expert, c.bc.partner, c.bc.episodes_per_scenario, c.seed)

@@ -13,15 +13,15 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from episodes.ray_batch import RayConfig
 from sotopia_env.backends.endpoints import join_api_bases
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.ray_batch import RayConfig
 from sotopia_env.errors import UserError
+from sotopia_env.training.dataset import FilterConfig
+from sotopia_env.training.grpo import GRPOStageConfig
+from sotopia_env.training.policy_server import PolicyServerConfig, template_problem
+from sotopia_env.training.trainer import TrainConfig
 from sotopia_env.validation import field_problem
-from training.dataset import FilterConfig
-from training.grpo import GRPOStageConfig
-from training.policy_server import PolicyServerConfig, template_problem
-from training.trainer import TrainConfig
 
 _SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
 
@@ -62,7 +62,9 @@ class BCConfig:
 
     enabled: bool = True
     expert: str = "gpt-4o"  # any agent spec: a model, an alias, or module:Class
-    partner: str | None = None  # e.g. rule-partner on verifiable scenarios, with training.experts:VerifiableExpert
+    partner: str | None = (
+        None  # e.g. rule-partner on verifiable scenarios, with sotopia_env.training.experts:VerifiableExpert
+    )
     scenarios: str = "train"
     episodes_per_scenario: int = 2
     source: EpisodeSource | None = None

@@ -9,17 +9,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from episodes.ray_batch import BatchRecipe, run_batch_on_ray
-from episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
-from episodes.store import EpisodeStore, open_store
 from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
+from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
+from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.evaluation import Evaluator
 from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.library import Library, load_library
 from sotopia_env.profiles import Scenario
-from training.config import ConfigError, PipelineConfig
-from training.distributed import main_process_first
-from training.policy_server import SERVED_MODEL, PolicyServer, PolicyServerError, serving
+from sotopia_env.training.config import ConfigError, PipelineConfig
+from sotopia_env.training.distributed import main_process_first
+from sotopia_env.training.policy_server import SERVED_MODEL, PolicyServer, PolicyServerError, serving
 
 
 @dataclass
@@ -192,7 +192,7 @@ def _served(policy: str | None, served: AgentFactory, others: AgentFactory) -> A
 def release_backends(specs: set[str], keep: object = None) -> None:
     """Free the shared backends of ``specs`` (except the evaluator's) and the memory they held."""
     from sotopia_env.backends import resolve
-    from training.trainer import release_memory
+    from sotopia_env.training.trainer import release_memory
 
     resolve.release_backends(specs, keep=getattr(keep, "backend", None))
     release_memory()

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from episodes.log import EpisodeLog
 from sotopia_env.actions import ActionType
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.errors import UserError
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt

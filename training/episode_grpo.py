@@ -47,19 +47,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.base import Agent
-from agents.llm import LLMAgent
-from episodes.log import EpisodeLog
-from episodes.progress import progress_bar
+from sotopia_env.agents.base import Agent
+from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.backends.base import Backend, ChatRequest, Completion, GenerationSettings
 from sotopia_env.backends.resolve import release_backends
 from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.progress import progress_bar
 from sotopia_env.evaluation import Evaluator
 from sotopia_env.prompt import prompt_text
-from training.grpo import RESULT_FILE, GRPOResult, GRPOStageConfig
-from training.rl.tasks import TaskError
-from training.trainer import CHECKPOINTS_DIR, release_memory, save_model_spec
+from sotopia_env.training.grpo import RESULT_FILE, GRPOResult, GRPOStageConfig
+from sotopia_env.training.rl.tasks import TaskError
+from sotopia_env.training.trainer import CHECKPOINTS_DIR, release_memory, save_model_spec
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
@@ -216,7 +216,7 @@ class Rollout:
     partner_settings: GenerationSettings = field(default_factory=GenerationSettings)
 
     def partner_agent(self) -> Agent:
-        from agents.loading import load_agent
+        from sotopia_env.agents.loading import load_agent
 
         return load_agent(self.partner, settings=self.partner_settings, api_base=self.api_base)
 
@@ -225,7 +225,7 @@ async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed
     """One episode of the policy (on ``backend``) in its seat against the partner, rated; its samples."""
     from dataclasses import replace
 
-    from episodes.runner import play
+    from sotopia_env.episodes.runner import play
 
     recorder = RecordingBackend(backend)
     policy = LLMAgent(recorder, settings=replace(rollout.settings, seed=seed), constrained=rollout.constrained)
@@ -316,7 +316,7 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
     from peft import get_peft_model
 
     from sotopia_env.embedded_models import resolve_model_path
-    from training.trainer import adapter_setup, decide_precision, load_model, load_tokenizer
+    from sotopia_env.training.trainer import adapter_setup, decide_precision, load_model, load_tokenizer
 
     started = time.perf_counter()
     policy_spec = config.base_model

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from episodes.jobs import versus_jobs
-from episodes.log import EpisodeLog
-from episodes.report import Report, build_report
-from episodes.store import EpisodeStore
-from training.context import StageContext, StageResult, batch_counts
+from sotopia_env.episodes.jobs import versus_jobs
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.report import Report, build_report
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.training.context import StageContext, StageResult, batch_counts
 
 
 def eval_name(stage: str) -> str:

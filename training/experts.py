@@ -1,6 +1,6 @@
 """``ScriptedExpert``: a model-free stand-in for an expert LLM, for tests, demos and offline runs.
 
-Use it wherever an agent spec goes: ``training.experts:ScriptedExpert``. It is
+Use it wherever an agent spec goes: ``sotopia_env.training.experts:ScriptedExpert``. It is
 no social genius: it greets, states what it wants (its goal, without the hint
 sections), listens, proposes a middle ground, agrees and leaves. That is enough
 to give behaviour cloning a consistent, scenario-dependent target.
@@ -63,7 +63,8 @@ class ScriptedExpert:
 
 class VerifiableExpert:
     """Seat 1 of a verifiable scenario (``--scenarios verifiable``, partner ``rule-partner``): a demonstrator for a
-    BC warm-start before episode RL (``benchmarks/episode_rl.py``). Agent spec ``training.experts:VerifiableExpert``.
+    BC warm-start before episode RL (``benchmarks/episode_rl.py``).
+    Agent spec ``sotopia_env.training.experts:VerifiableExpert``.
 
     - bargaining: offers 70%, then 80%, then 90% of its budget (rounded to 5), or the partner's last counter when
       that is lower and within budget; one number per line;

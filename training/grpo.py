@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sotopia_env.model_ref import read_model_ref
-from training.rl.tasks import RewardFunc, build_task
-from training.trainer import (
+from sotopia_env.training.rl.tasks import RewardFunc, build_task
+from sotopia_env.training.trainer import (
     CHECKPOINTS_DIR,
     adapter_setup,
     decide_precision,
@@ -189,7 +189,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     from sotopia_env.embedded_models import resolve_model_path
 
     if config.task == "episodes":
-        from training.episode_grpo import train_episode_grpo
+        from sotopia_env.training.episode_grpo import train_episode_grpo
 
         return train_episode_grpo(config)
     started = time.perf_counter()

@@ -27,14 +27,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from episodes.report import Report
-from training.bc import run_bc
-from training.config import PipelineConfig
-from training.context import StageContext, StageResult
-from training.distributed import is_main_process
-from training.evaluate import eval_name, run_eval, stage_report
-from training.rl_stage import run_rl
-from training.sr import run_sr_round, stage_name
+from sotopia_env.episodes.report import Report
+from sotopia_env.training.bc import run_bc
+from sotopia_env.training.config import PipelineConfig
+from sotopia_env.training.context import StageContext, StageResult
+from sotopia_env.training.distributed import is_main_process
+from sotopia_env.training.evaluate import eval_name, run_eval, stage_report
+from sotopia_env.training.rl_stage import run_rl
+from sotopia_env.training.sr import run_sr_round, stage_name
 
 STATE_FILE = "state.json"
 
@@ -151,7 +151,7 @@ def run_pipeline(config: PipelineConfig, progress: bool = True) -> tuple[Pipelin
 
 def write_report(ctx: StageContext, state: PipelineState) -> Report:
     """Every evaluated stage in one report (``report.json``, ``report.png``)."""
-    from episodes.report import plot_report
+    from sotopia_env.episodes.report import plot_report
 
     rows = []
     for stage in trained_stages(ctx.config):

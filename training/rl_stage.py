@@ -15,11 +15,11 @@ import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 
-from training.config import ConfigError
-from training.context import StageContext, StageResult, release_backends
-from training.distributed import main_process_first
-from training.grpo import train_grpo
-from training.rl.tasks import TaskError
+from sotopia_env.training.config import ConfigError
+from sotopia_env.training.context import StageContext, StageResult, release_backends
+from sotopia_env.training.distributed import main_process_first
+from sotopia_env.training.grpo import train_grpo
+from sotopia_env.training.rl.tasks import TaskError
 
 STAGE = "rl"
 
@@ -51,8 +51,8 @@ def run_rl(ctx: StageContext, policy: str) -> StageResult:
 
 def own_episodes(ctx: StageContext, out: Path) -> str:
     """The BC and SR stages' episodes, exported to ``out/episodes.jsonl``; its path."""
-    from episodes.export import export_jsonl
-    from training.pipeline import trained_stages
+    from sotopia_env.episodes.export import export_jsonl
+    from sotopia_env.training.pipeline import trained_stages
 
     tags = [ctx.tag(stage) for stage in trained_stages(ctx.config) if stage not in ("base", STAGE)]
     path = out / "episodes.jsonl"

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from episodes.log import EpisodeLog
-from episodes.store import EpisodeStore
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.library import Library
-from training.config import ConfigError, EpisodeSource
-from training.dataset import FilterConfig
+from sotopia_env.training.config import ConfigError, EpisodeSource
+from sotopia_env.training.dataset import FilterConfig
 
 
 def read_source(source: EpisodeSource, store: EpisodeStore, where: str) -> list[EpisodeLog]:
@@ -35,11 +35,11 @@ def read_source(source: EpisodeSource, store: EpisodeStore, where: str) -> list[
     assert source.path is not None
     try:
         if (source.format or "jsonl") == "sotopia":
-            from episodes.sotopia_public import read_sotopia
+            from sotopia_env.episodes.sotopia_public import read_sotopia
 
             logs = read_sotopia(source.path)
         else:
-            from episodes.export import import_jsonl
+            from sotopia_env.episodes.export import import_jsonl
 
             logs = import_jsonl(source.path)
     except ValueError as exc:  # the readers' errors name the file, line and field

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from episodes.jobs import self_play_jobs
+from sotopia_env.episodes.jobs import self_play_jobs
 from sotopia_env.model_ref import MODEL_REF, read_model_ref
-from training.context import StageContext, StageResult, batch_counts
-from training.dataset import build_dataset
-from training.trainer import train
+from sotopia_env.training.context import StageContext, StageResult, batch_counts
+from sotopia_env.training.dataset import build_dataset
+from sotopia_env.training.trainer import train
 
 
 def stage_name(round_: int) -> str:

@@ -14,9 +14,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from episodes.store import EpisodeStore, StoreError, open_store
-from episodes.viewer.context import Viewer
-from episodes.viewer.routes import router
+from sotopia_env.episodes.store import EpisodeStore, StoreError, open_store
+from sotopia_env.episodes.viewer.context import Viewer
+from sotopia_env.episodes.viewer.routes import router
 
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; "

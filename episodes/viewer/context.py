@@ -9,11 +9,11 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment
 
-from episodes.log import EpisodeLog
-from episodes.store import EpisodeStore
-from episodes.viewer.index import SummaryIndex
-from episodes.viewer.reports import ReportCache
-from episodes.viewer.templates import environment
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.episodes.viewer.index import SummaryIndex
+from sotopia_env.episodes.viewer.reports import ReportCache
+from sotopia_env.episodes.viewer.templates import environment
 
 SPLITS = ("train", "dev", "test")
 

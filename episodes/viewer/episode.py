@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from episodes.log import EpisodeLog
 from sotopia_env.actions import ActionType
+from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
 from sotopia_env.observation import background_for
 from sotopia_env.visibility import describe

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from episodes.log import STATUSES, EpisodeLog
-from episodes.store import EpisodeStore, StoreError
+from sotopia_env.episodes.log import STATUSES, EpisodeLog
+from sotopia_env.episodes.store import EpisodeStore, StoreError
 
 SEAT_AGGREGATES = ("mean", "max", "min")
 

@@ -18,9 +18,9 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from episodes.log import STATUSES
-from episodes.store import EpisodeStore
-from episodes.viewer.index import SEAT_AGGREGATES, Summary, SummaryIndex
+from sotopia_env.episodes.log import STATUSES
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.episodes.viewer.index import SEAT_AGGREGATES, Summary, SummaryIndex
 
 MAX_LIMIT = 500
 Order = Literal["asc", "desc"]

@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from episodes.report import Report, SeatResult, aggregate, plot_report
-from episodes.store import StoreError
-from episodes.viewer.index import IndexState, Summary, SummaryIndex
+from sotopia_env.episodes.report import Report, SeatResult, aggregate, plot_report
+from sotopia_env.episodes.store import StoreError
+from sotopia_env.episodes.viewer.index import IndexState, Summary, SummaryIndex
 
 _plot_lock = threading.Lock()  # matplotlib's pyplot is not thread-safe
 

@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
-from episodes.log import STATUSES
-from episodes.viewer import episode as ep
-from episodes.viewer.context import SPLITS, Viewer, viewer
-from episodes.viewer.index import SEAT_AGGREGATES
-from episodes.viewer.listing import MAX_LIMIT, ListQuery, Order, list_episodes
+from sotopia_env.episodes.log import STATUSES
+from sotopia_env.episodes.viewer import episode as ep
+from sotopia_env.episodes.viewer.context import SPLITS, Viewer, viewer
+from sotopia_env.episodes.viewer.index import SEAT_AGGREGATES
+from sotopia_env.episodes.viewer.listing import MAX_LIMIT, ListQuery, Order, list_episodes
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
 from sotopia_env.observation import relationship_of
 

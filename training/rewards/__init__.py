@@ -4,7 +4,7 @@ Importing this package loads only numpy/scipy/pydantic/json-repair: no torch,
 no transformers, no model backend (the LLM judge imports its backend lazily).
 """
 
-from training.rewards.sip_judges import (
+from sotopia_env.training.rewards.sip_judges import (
     STAGES,
     BatchSIPJudge,
     JudgeError,
@@ -13,14 +13,14 @@ from training.rewards.sip_judges import (
     SIPJudge,
     StageJudgement,
 )
-from training.rewards.social_r1 import (
+from sotopia_env.training.rewards.social_r1 import (
     SocialR1Config,
     SocialR1Score,
     length_factor,
     make_social_r1_reward,
     social_r1_scores,
 )
-from training.rewards.socialiqa import (
+from sotopia_env.training.rewards.socialiqa import (
     SocialIQaItem,
     SocialIQaRewardConfig,
     SocialIQaRewards,
@@ -31,9 +31,9 @@ from training.rewards.socialiqa import (
     socialiqa_format_reward,
     socialiqa_reward,
 )
-from training.rewards.socialiqa_eval import evaluate_socialiqa, wilson_interval
-from training.rewards.think_format import FormatCheck, FormatConfig, check_format, parse_choice
-from training.rewards.user_sim import (
+from sotopia_env.training.rewards.socialiqa_eval import evaluate_socialiqa, wilson_interval
+from sotopia_env.training.rewards.think_format import FormatCheck, FormatConfig, check_format, parse_choice
+from sotopia_env.training.rewards.user_sim import (
     ConditionReport,
     ItemReport,
     ResponseRecord,

@@ -22,10 +22,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.rewards._text import Completion, Prompt, check_aligned, prompt_text
-from training.rewards.sip_judges import BatchSIPJudge, JudgeError, RuleBasedSIPJudge, SIPJudge, StageJudgement
-from training.rewards.socialiqa import LETTERS, RewardFunc, label_letter
-from training.rewards.think_format import FormatConfig, answer_block, check_format, parse_choice
+from sotopia_env.training.rewards._text import Completion, Prompt, check_aligned, prompt_text
+from sotopia_env.training.rewards.sip_judges import (
+    BatchSIPJudge,
+    JudgeError,
+    RuleBasedSIPJudge,
+    SIPJudge,
+    StageJudgement,
+)
+from sotopia_env.training.rewards.socialiqa import LETTERS, RewardFunc, label_letter
+from sotopia_env.training.rewards.think_format import FormatConfig, answer_block, check_format, parse_choice
 
 logger = logging.getLogger(__name__)
 

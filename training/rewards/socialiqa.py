@@ -17,9 +17,9 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sotopia_env.jsonl import json_lines
+from sotopia_env.training.rewards._text import Completion, check_aligned
+from sotopia_env.training.rewards.think_format import FormatConfig, answer_block, check_format, parse_choice
 from sotopia_env.validation import field_problem
-from training.rewards._text import Completion, check_aligned
-from training.rewards.think_format import FormatConfig, answer_block, check_format, parse_choice
 
 LETTERS = "ABC"
 

@@ -6,15 +6,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from training.rewards._text import Completion, check_aligned
-from training.rewards.socialiqa import (
+from sotopia_env.training.rewards._text import Completion, check_aligned
+from sotopia_env.training.rewards.socialiqa import (
     LETTERS,
     SocialIQaItem,
     SocialIQaRewardConfig,
     answer_score,
     format_score,
 )
-from training.rewards.think_format import answer_block, check_format, parse_choice
+from sotopia_env.training.rewards.think_format import answer_block, check_format, parse_choice
 
 Z_95 = 1.959963984540054
 
@@ -29,9 +29,9 @@ async def answer_socialiqa(
     description: str = "socialiqa",
 ) -> list[Any]:
     """One completion per item (in order) from ``backend``, asked concurrently with a progress bar."""
-    from episodes.progress import track
     from sotopia_env.backends.base import ChatRequest
-    from training.rewards.socialiqa import build_prompt
+    from sotopia_env.episodes.progress import track
+    from sotopia_env.training.rewards.socialiqa import build_prompt
 
     async def one(i: int, item: SocialIQaItem):
         request = ChatRequest(build_prompt(item), regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)

@@ -20,7 +20,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from training.rewards._text import DEFAULT_ASSISTANT_HEADERS, DEFAULT_EOS_TOKENS, Completion, completion_text
+from sotopia_env.training.rewards._text import (
+    DEFAULT_ASSISTANT_HEADERS,
+    DEFAULT_EOS_TOKENS,
+    Completion,
+    completion_text,
+)
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 

@@ -37,8 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sotopia_env.validation import field_problem
-from training.rewards._text import (
+from sotopia_env.training.rewards._text import (
     DEFAULT_ASSISTANT_HEADERS,
     DEFAULT_EOS_TOKENS,
     Completion,
@@ -46,6 +45,7 @@ from training.rewards._text import (
     completion_text,
     strip_eos,
 )
+from sotopia_env.validation import field_problem
 
 LABELS = string.ascii_uppercase
 

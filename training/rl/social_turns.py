@@ -30,18 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from agents.loading import RULE_PARTNER
 from sotopia_env.actions import AgentAction, InvalidAction, parse_action
+from sotopia_env.agents.loading import RULE_PARTNER
 from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluation import run_to_completion
 from sotopia_env.profiles import VerifiableFacts
+from sotopia_env.training.rewards._text import completion_text
+from sotopia_env.training.rl.tasks import RLTask, TaskError, register_task
 from sotopia_env.verifiable import PARTNER_SEAT, outcome_after
-from training.rewards._text import completion_text
-from training.rl.tasks import RLTask, TaskError, register_task
 
 if TYPE_CHECKING:
-    from episodes.log import EpisodeLog
-    from training.dataset import Sample
+    from sotopia_env.episodes.log import EpisodeLog
+    from sotopia_env.training.dataset import Sample
 
 SCORE_SCHEMA = {
     "type": "object",
@@ -156,8 +156,8 @@ def no_rule_partner(samples: list[Sample]) -> list[Sample]:
 
 def turn_dataset(data: str, max_items: int | None):
     """The per-turn prompts of the rated train-split episodes in ``data``."""
-    from episodes.export import import_jsonl
-    from training.dataset import build_dataset
+    from sotopia_env.episodes.export import import_jsonl
+    from sotopia_env.training.dataset import build_dataset
 
     try:
         logs = import_jsonl(data)

@@ -82,5 +82,5 @@ def build_task(
 
 
 def _load_builtin() -> None:
-    import training.rl.builtin  # noqa: F401  (registers the built-in tasks)
-    import training.rl.social_turns  # noqa: F401
+    import sotopia_env.training.rl.builtin  # noqa: F401  (registers the built-in tasks)
+    import sotopia_env.training.rl.social_turns  # noqa: F401

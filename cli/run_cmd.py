@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import (
+from sotopia_env.cli.common import console, fail, user_errors
+from sotopia_env.cli.options import (
     AgentsPath,
     ApiBase,
     Dimensions,
@@ -59,14 +59,14 @@ def run(
 ) -> None:
     """Run one episode and print the transcript as it happens. With no model arguments both agents
     (and the judge) use the embedded SmolLM2-135M: no API key, no server."""
-    from agents.loading import AgentSpecError, load_agent
-    from agents.rule_partners import check_rule_specs
-    from episodes.runner import Job, run_episode
-    from episodes.store import StoreError
-    from episodes.store_writer import StoreWriter
-    from sotopia_cli.episodes_cmds import open_store_or_fail
+    from sotopia_env.agents.loading import AgentSpecError, load_agent
+    from sotopia_env.agents.rule_partners import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
+    from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.runner import Job, run_episode
+    from sotopia_env.episodes.store import StoreError
+    from sotopia_env.episodes.store_writer import StoreWriter
     from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.sampler import NoEligibleCharacters, sample_setup
     from sotopia_env.transcript import render_action
@@ -100,7 +100,7 @@ def run(
     elif log.rating.ratings is None:
         console.print(f"[yellow]unrated:[/] {log.rating.error}", highlight=False)
     else:
-        from sotopia_cli.render import ratings_table
+        from sotopia_env.cli.render import ratings_table
         from sotopia_env.embedded_models import EMBEDDED_MODELS
 
         console.print(ratings_table(log))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import ApiBase, api_base_value
+from sotopia_env.cli.common import console, fail, user_errors
+from sotopia_env.cli.options import ApiBase, api_base_value
 
 eval_app = typer.Typer(help="Evaluate models on social-reasoning tasks.", no_args_is_help=True)
 
@@ -30,8 +30,8 @@ def socialiqa(
 ) -> None:
     """Accuracy with a 95% interval, format-valid rate and mean reward; per-item results as JSONL."""
     from sotopia_env.backends.resolve import is_local_spec, resolve_backend
-    from training.rewards import evaluate_socialiqa, load_socialiqa
-    from training.rewards.socialiqa_eval import answer_socialiqa
+    from sotopia_env.training.rewards import evaluate_socialiqa, load_socialiqa
+    from sotopia_env.training.rewards.socialiqa_eval import answer_socialiqa
 
     with user_errors(ValueError, OSError):
         items = load_socialiqa(data)[:limit]

@@ -6,8 +6,8 @@ import socket
 
 import typer
 
-from sotopia_cli.common import console, fail
-from sotopia_cli.options import Store
+from sotopia_env.cli.common import console, fail
+from sotopia_env.cli.options import Store
 
 
 def port_free(host: str, port: int) -> bool:
@@ -30,12 +30,12 @@ def view(
     try:
         import uvicorn
 
-        from episodes.viewer import create_app
+        from sotopia_env.episodes.viewer import create_app
     except ImportError as exc:
         missing = exc.name or "a dependency"
         hint = "pip install 'sotopia-env[view]'"
         raise fail(f"the viewer needs the 'view' extra ({missing} is missing): {hint}") from None
-    from episodes.store import StoreError
+    from sotopia_env.episodes.store import StoreError
 
     try:
         app = create_app(store, warm=True)

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import typer
 
-from episodes.gc_tuning import tune_gc_for_batch
-from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
+from sotopia_env.cli.common import console, fail, user_errors
+from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
+from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
 
 
 def open_store_or_fail(url: str | None, writable: bool = False):
     """The store, or a one-line error. ``writable``: also check it can be written now (before playing anything)."""
-    from episodes.store import StoreError, open_store
+    from sotopia_env.episodes.store import StoreError, open_store
 
     try:
         st = open_store(url)
@@ -72,7 +72,7 @@ def _find(st, episode_id: str):
 @episodes_app.command("show")
 def show(episode_id: str = typer.Argument(..., help="Episode id (or a unique prefix)."), store: str = Store) -> None:
     """Show one episode: setup, transcript, ratings."""
-    from sotopia_cli.render import ratings_table
+    from sotopia_env.cli.render import ratings_table
     from sotopia_env.transcript import render_transcript
 
     log = _find(open_store_or_fail(store), episode_id)
@@ -110,20 +110,20 @@ def export(
     logs = list(st.iter(tag))
     with user_errors(ValueError, OSError):
         if fmt == "jsonl":
-            from episodes.export import export_jsonl
+            from sotopia_env.episodes.export import export_jsonl
 
             export_jsonl(logs, path)
         elif fmt == "sotopia":
-            from episodes.sotopia_format import export_sotopia
+            from sotopia_env.episodes.sotopia_format import export_sotopia
 
             export_sotopia(logs, path)
         elif fmt == "sotopia-public":
-            from episodes.sotopia_public import export_public
+            from sotopia_env.episodes.sotopia_public import export_public
 
             logs = [log for log in logs if log.status == "rated"]
             export_public(logs, path)
         elif fmt == "hf":
-            from episodes.export import to_hf_dataset
+            from sotopia_env.episodes.export import to_hf_dataset
 
             to_hf_dataset(logs).save_to_disk(str(path))
         else:
@@ -145,11 +145,11 @@ def import_(
     """Import episodes. Every record is validated before anything is written, so a bad file stores nothing."""
     with user_errors(ValueError, OSError):
         if fmt == "jsonl":
-            from episodes.export import import_jsonl
+            from sotopia_env.episodes.export import import_jsonl
 
             logs = import_jsonl(path)
         elif fmt == "sotopia":
-            from episodes.sotopia_public import read_sotopia
+            from sotopia_env.episodes.sotopia_public import read_sotopia
 
             logs = read_sotopia(path)
         else:
@@ -157,7 +157,7 @@ def import_(
     for log in logs:
         if tag:
             log.tag = tag
-    from episodes.store import StoreError
+    from sotopia_env.episodes.store import StoreError
 
     st = open_store_or_fail(store)
     with user_errors(StoreError):
@@ -177,8 +177,8 @@ def evaluate(
     store_retry_seconds: float = StoreRetry,
 ) -> None:
     """(Re)rate stored episodes; an episode whose rating fails again stays unrated with the new error."""
-    from episodes.rate import rate_stored
-    from episodes.store import StoreError
+    from sotopia_env.episodes.rate import rate_stored
+    from sotopia_env.episodes.store import StoreError
     from sotopia_env.evaluator_spec import make_evaluator
 
     st = open_store_or_fail(store, writable=True)
@@ -200,7 +200,7 @@ def report(
     by_seat: bool = typer.Option(False, "--by-seat", help="Separate rows per seat (model@1, model@2)."),
 ) -> None:
     """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0."""
-    from episodes.report import build_report, plot_report, print_report
+    from sotopia_env.episodes.report import build_report, plot_report, print_report
 
     st = open_store_or_fail(store)
     rep = build_report(st.iter(tag), tag=tag, group_by_seat=by_seat)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, user_errors
-from sotopia_cli.options import RayAddress, Store
+from sotopia_env.cli.common import console, user_errors
+from sotopia_env.cli.options import RayAddress, Store
 
 train_app = typer.Typer(
     help="Train agents: behaviour cloning (BC), self-reinforcement (SR), RL on social rewards (GRPO), evaluation.",
@@ -20,13 +20,13 @@ Quiet = typer.Option(False, "--quiet", help="No progress bars.")
 
 
 def _errors():
-    from episodes.ray_batch import RayError
-    from episodes.store import StoreError
-    from training.config import ConfigError
-    from training.dataset import ReplayError, TestSplitError
-    from training.pipeline import StageOrderError
-    from training.policy_server import PolicyServerError
-    from training.rl.tasks import TaskError
+    from sotopia_env.episodes.ray_batch import RayError
+    from sotopia_env.episodes.store import StoreError
+    from sotopia_env.training.config import ConfigError
+    from sotopia_env.training.dataset import ReplayError, TestSplitError
+    from sotopia_env.training.pipeline import StageOrderError
+    from sotopia_env.training.policy_server import PolicyServerError
+    from sotopia_env.training.rl.tasks import TaskError
 
     return user_errors(
         ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, TaskError, PolicyServerError,
@@ -35,17 +35,17 @@ def _errors():
 
 
 def _run(config_path: Path, only: list[str] | None, force: bool, quiet: bool, ray: str | None = None) -> None:
-    from episodes.report import print_report
-    from training.config import load_config
-    from training.distributed import is_main_process
-    from training.pipeline import run_stages
+    from sotopia_env.episodes.report import print_report
+    from sotopia_env.training.config import load_config
+    from sotopia_env.training.distributed import is_main_process
+    from sotopia_env.training.pipeline import run_stages
 
     with _errors():
         config = load_config(config_path)
         if ray is not None:  # --ray ADDRESS over the config's ray: section
             import dataclasses
 
-            from episodes.ray_batch import RayConfig
+            from sotopia_env.episodes.ray_batch import RayConfig
 
             config.ray = dataclasses.replace(config.ray or RayConfig(), address=ray)
         state, report = run_stages(config, only=only, force=force, progress=not quiet)
@@ -96,7 +96,7 @@ def sr(
     ray: str = RayAddress,
 ) -> None:
     """Self-reinforcement rounds only: the policy plays itself, is rated, filtered and trained further."""
-    from training.config import load_config
+    from sotopia_env.training.config import load_config
 
     with _errors():
         rounds = load_config(config).sr.rounds
@@ -121,8 +121,8 @@ def grpo(
     Resumes from the last checkpoint in OUTPUT_DIR/checkpoints; OUTPUT_DIR becomes a model spec."""
     import dataclasses
 
-    from training.config import load_grpo_config
-    from training.grpo import train_grpo
+    from sotopia_env.training.config import load_grpo_config
+    from sotopia_env.training.grpo import train_grpo
 
     with _errors():
         cfg = load_grpo_config(config)
@@ -145,8 +145,8 @@ def evaluate(
     ray: str = RayAddress,
 ) -> None:
     """Evaluate finished stages against the fixed partner on held-out scenarios; print every stage in one table."""
-    from training.config import load_config
-    from training.pipeline import trained_stages
+    from sotopia_env.training.config import load_config
+    from sotopia_env.training.pipeline import trained_stages
 
     with _errors():
         stages = stage or trained_stages(load_config(config))
@@ -158,8 +158,8 @@ def status(config: Path = ConfigArg) -> None:
     """Show which stages of a config have finished."""
     from rich.table import Table
 
-    from training.config import load_config
-    from training.pipeline import PipelineState, plan
+    from sotopia_env.training.config import load_config
+    from sotopia_env.training.pipeline import PipelineState, plan
 
     with _errors():
         cfg = load_config(config)
@@ -186,8 +186,8 @@ def dataset(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Build a training dataset (prompt/completion JSONL) from stored episodes, as the stages do."""
-    from sotopia_cli.episodes_cmds import open_store_or_fail
-    from training.dataset import FilterConfig, build_dataset, played_by
+    from sotopia_env.cli.episodes_cmds import open_store_or_fail
+    from sotopia_env.training.dataset import FilterConfig, build_dataset, played_by
 
     st = open_store_or_fail(store)
     sample_filters, example_filters = FilterConfig(top1, min_goal, not keep_none, balance).build(seed)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from episodes.ray_batch import RayConfig
+    from sotopia_env.episodes.ray_batch import RayConfig
 
 ScenariosDir = typer.Option(None, "--scenarios-dir", help="Extra scenario/character YAML files or directories.")
 Store = typer.Option(
@@ -64,8 +64,8 @@ Evaluator = typer.Option(
 
 
 def _agents_path(folders: list[Path] | None) -> list[Path] | None:
-    from agents.loading import AgentSpecError, add_agents_path
-    from sotopia_cli.common import user_errors
+    from sotopia_env.agents.loading import AgentSpecError, add_agents_path
+    from sotopia_env.cli.common import user_errors
 
     with user_errors(AgentSpecError):
         add_agents_path(folders or [])
@@ -84,7 +84,7 @@ Dimensions = typer.Option(
 
 
 def library(extra: list[Path] | None):
-    from sotopia_cli.common import user_errors
+    from sotopia_env.cli.common import user_errors
     from sotopia_env.library import LibraryError, load_library
 
     with user_errors(LibraryError, OSError):
@@ -116,6 +116,6 @@ def ray_config(address: str | None, workers: int, gpus: float, pin_endpoints: bo
     """The ``RayConfig`` the --ray options ask for; None without --ray."""
     if address is None:
         return None
-    from episodes.ray_batch import RayConfig
+    from sotopia_env.episodes.ray_batch import RayConfig
 
     return RayConfig(address=address, num_workers=workers, gpus_per_worker=gpus, pin_endpoints=pin_endpoints)

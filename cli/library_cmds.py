@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from sotopia_cli.common import console, user_errors
-from sotopia_cli.generate_cmds import generate_characters_cmd, generate_scenarios_cmd
-from sotopia_cli.options import ScenariosDir, library
+from sotopia_env.cli.common import console, user_errors
+from sotopia_env.cli.generate_cmds import generate_characters_cmd, generate_scenarios_cmd
+from sotopia_env.cli.options import ScenariosDir, library
 
 scenarios_app = typer.Typer(help="Browse and validate scenarios.", no_args_is_help=True)
 characters_app = typer.Typer(help="Browse characters.", no_args_is_help=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import typer
 from typer.core import TyperGroup
 
-from sotopia_cli.benchmark_cmd import benchmark
-from sotopia_cli.common import fail
-from sotopia_cli.episodes_cmds import episodes_app, report
-from sotopia_cli.eval_cmds import eval_app
-from sotopia_cli.library_cmds import characters_app, scenarios_app
-from sotopia_cli.models_cmds import models_app
-from sotopia_cli.run_cmd import run
-from sotopia_cli.train_cmds import train_app
-from sotopia_cli.view_cmd import view
+from sotopia_env.cli.benchmark_cmd import benchmark
+from sotopia_env.cli.common import fail
+from sotopia_env.cli.episodes_cmds import episodes_app, report
+from sotopia_env.cli.eval_cmds import eval_app
+from sotopia_env.cli.library_cmds import characters_app, scenarios_app
+from sotopia_env.cli.models_cmds import models_app
+from sotopia_env.cli.run_cmd import run
+from sotopia_env.cli.train_cmds import train_app
+from sotopia_env.cli.view_cmd import view
 from sotopia_env.errors import UserError
 
 

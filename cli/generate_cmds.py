@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from sotopia_cli.common import console, fail, user_errors
-from sotopia_cli.options import ApiBase, ScenariosDir, api_base_value
+from sotopia_env.cli.common import console, fail, user_errors
+from sotopia_env.cli.options import ApiBase, ScenariosDir, api_base_value
 
 if TYPE_CHECKING:
     from sotopia_env.backends.base import Backend

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import typer
 
-from episodes.gc_tuning import tune_gc_for_batch
-from sotopia_cli.common import console, user_errors
-from sotopia_cli.options import (
+from sotopia_env.cli.common import console, user_errors
+from sotopia_env.cli.options import (
     AgentsPath,
     ApiBase,
     Dimensions,
@@ -30,6 +29,7 @@ from sotopia_cli.options import (
     library,
     ray_config,
 )
+from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
 
 def benchmark(
@@ -67,16 +67,16 @@ def benchmark(
 ) -> None:
     """Run MODEL against PARTNER on every chosen scenario, in both seats (verifiable scenarios: MODEL in seat 1
     only); resumable under its tag."""
-    from agents.loading import AgentSpecError
-    from agents.rule_partners import check_rule_specs
-    from episodes.jobs import versus_jobs
-    from episodes.ray_batch import BatchRecipe, run_batch_on_ray
-    from episodes.report import build_report, plot_report, print_report
-    from episodes.runner import default_agent_factory, run_batch
-    from episodes.store import StoreError, default_store_url
-    from sotopia_cli.episodes_cmds import open_store_or_fail
+    from sotopia_env.agents.loading import AgentSpecError
+    from sotopia_env.agents.rule_partners import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
+    from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.jobs import versus_jobs
+    from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
+    from sotopia_env.episodes.report import build_report, plot_report, print_report
+    from sotopia_env.episodes.runner import default_agent_factory, run_batch
+    from sotopia_env.episodes.store import StoreError, default_store_url
     from sotopia_env.errors import UserError
     from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.library import LibraryError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sotopia_cli.common import console, user_errors
+from sotopia_env.cli.common import console, user_errors
 
 models_app = typer.Typer(help="Embedded models: list them, fetch their weights into the cache.", no_args_is_help=True)
 

@@ -1,0 +1,104 @@
+"""What the action schema's grammar costs per decoding step: xgrammar filling one row's token mask.
+
+    python benchmarks/grammar_mask.py                      # smollm2-135m's tokenizer, the real action schema
+    python benchmarks/grammar_mask.py --model PATH --repeats 5
+
+Walks the tokens of typical actions (a 70-character spoken argument, a gesture, a long speech, a leave)
+through a fresh ``GrammarMatcher`` and times ``fill_next_token_bitmask`` before every token, as the local
+backend does once per row per step. Rows: the schema as shipped, and for comparison the earlier schema whose
+worded-argument pattern ended in a bounded repetition ``{0,599}``, and the same schema with no pattern.
+The model's own decoding step on this CPU is about 60-90 ms (benchmarks/README §3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import _common
+from _common import machine_line, print_table
+
+from sotopia_env.actions import MAX_ARGUMENT_CHARS, action_json_schema
+from sotopia_env.backends.local import LocalBackend
+
+_ = _common
+ACTIONS = [
+    {"action_type": "speak", "argument": "Hi! Would Tuesday morning work for the trial lesson? I can bring the gear."},
+    {"action_type": "non-verbal communication", "argument": "nods and smiles"},
+    {"action_type": "speak", "argument": ("I understand that you need it this weekend, " * 8).strip()},
+    {"action_type": "leave", "argument": ""},
+]
+_JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+_FIRST = r"[^\s.,;:!?…\-\"'()\[\]{}<>*_~\\]"
+
+
+def with_argument_pattern(pattern: str | None) -> dict[str, Any]:
+    """The shipped schema with its worded branch's argument replaced (None: a plain capped string)."""
+    schema = action_json_schema()
+    for branch in schema["anyOf"]:
+        argument = branch["properties"]["argument"]
+        if "pattern" in argument or "maxLength" not in argument:
+            branch["properties"]["argument"] = (
+                {"type": "string", "pattern": pattern} if pattern else {"type": "string", "maxLength": MAX_ARGUMENT_CHARS}
+            )
+    return schema
+
+
+SCHEMAS = {
+    "shipped (worded pattern, unbounded, cap by the backend)": action_json_schema(),
+    "before: pattern ending in {0,599}": with_argument_pattern(f"^{_FIRST}{_JSON_CHAR}{{0,{MAX_ARGUMENT_CHARS - 1}}}$"),
+    "no pattern (maxLength only)": with_argument_pattern(None),
+}
+
+
+def mask_costs(backend: LocalBackend, schema: dict[str, Any], repeats: int) -> list[float]:
+    """Seconds per ``fill_next_token_bitmask`` call, over every step of every action, ``repeats`` times."""
+    import xgrammar as xgr
+
+    from sotopia_env.backends.base import ChatRequest
+
+    grammar = backend._constraint(ChatRequest(messages=[], json_schema=schema))
+    bitmask = xgr.allocate_token_bitmask(1, backend._vocab_size)
+    costs = []
+    for _ in range(repeats):
+        for action in ACTIONS:
+            ids = backend.tokenizer(json.dumps(action, ensure_ascii=False), add_special_tokens=False)["input_ids"]
+            matcher = xgr.GrammarMatcher(grammar)
+            for token in ids:
+                start = time.perf_counter()
+                matcher.fill_next_token_bitmask(bitmask, 0)
+                costs.append(time.perf_counter() - start)
+                if not matcher.accept_token(token):
+                    raise SystemExit(f"the grammar refused {action}: check the schema")
+    return costs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="a local model spec; its tokenizer is used")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    backend = LocalBackend.from_spec(args.model)
+    rows = []
+    for label, schema in SCHEMAS.items():
+        start = time.perf_counter()
+        backend._constraint.__self__._grammars.clear()
+        costs = mask_costs(backend, schema, args.repeats)
+        ms = [c * 1000 for c in costs]
+        rows.append(
+            [label, len(ms), f"{statistics.mean(ms):.3f}", f"{statistics.median(ms):.3f}", f"{max(ms):.3f}",
+             f"{time.perf_counter() - start:.1f}"]
+        )
+    print_table(
+        f"xgrammar mask fill per step, one row ({args.model}'s tokenizer, {len(ACTIONS)} actions)",
+        ["schema", "steps", "mean ms", "median ms", "max ms", "wall s (compile + walk)"],
+        rows,
+        note=machine_line(),
+    )
+
+
+if __name__ == "__main__":
+    main()
