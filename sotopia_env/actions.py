@@ -45,21 +45,25 @@ class AgentAction(BaseModel):
 
 MAX_ARGUMENT_CHARS = 600
 # Speech, gestures and physical actions need words: the argument opens with a character that is not
-# whitespace or punctuation (so never "", "..." or " "), and stays under MAX_ARGUMENT_CHARS. (xgrammar takes
-# no maxLength next to a pattern, so the cap is part of the pattern.) xgrammar matches a string's pattern
-# against its JSON-escaped text, so a character is an unescaped one or a valid JSON escape: with a bare ".",
-# the 135M model wrote "don\'t", which no JSON parser reads.
+# whitespace or punctuation (so never "", "..." or " "). xgrammar matches a string's pattern against its
+# JSON-escaped text, so a character is an unescaped one or a valid JSON escape: with a bare ".", the 135M model
+# wrote "don\'t", which no JSON parser reads.
+# The repetition is unbounded on purpose. xgrammar takes no maxLength next to a pattern, and a bounded
+# repetition ({0,599}) made it fill each row's token mask in ~300 ms per step, several times the model's own
+# step; with "*" it takes ~0.02 ms (benchmarks/grammar_mask.py). So MAX_ARGUMENT_CHARS stands beside the pattern
+# as maxLength, for validators and servers that enforce both, and local decoding bounds the argument by the
+# row's max_new_tokens and steers a row that is about to run out of tokens to close its JSON (backends/local.py).
 WORDED_ACTIONS: tuple[str, ...] = (ActionType.speak.value, ActionType.non_verbal.value, ActionType.action.value)
 _JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
-WORDED_ARGUMENT = rf"^[^\s.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}{{0,{MAX_ARGUMENT_CHARS - 1}}}$"
+WORDED_ARGUMENT = rf"^[^\s.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}*$"
 
 
 def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
     """The JSON schema an LLM is asked to follow (and constrained to, where possible).
 
     Speak, non-verbal communication and action must carry words (``WORDED_ARGUMENT``); ``none`` and
-    ``leave`` take any argument, empty included. ``argument`` is capped so constrained decoding always
-    closes the JSON. With both kinds allowed the schema is an ``anyOf`` of one object schema per kind.
+    ``leave`` take any argument, empty included. ``argument`` is capped at ``MAX_ARGUMENT_CHARS``. With both
+    kinds allowed the schema is an ``anyOf`` of one object schema per kind.
     """
     kinds = list(allowed or ACTION_TYPES)
     worded = [k for k in kinds if k in WORDED_ACTIONS]
@@ -67,7 +71,7 @@ def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
     branches = [
         _action_object(group, argument)
         for group, argument in (
-            (worded, {"type": "string", "pattern": WORDED_ARGUMENT}),
+            (worded, {"type": "string", "pattern": WORDED_ARGUMENT, "maxLength": MAX_ARGUMENT_CHARS}),
             (free, {"type": "string", "maxLength": MAX_ARGUMENT_CHARS}),
         )
         if group

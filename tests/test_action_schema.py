@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import statistics
 import string
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from sotopia_env.actions import ACTION_TYPES, MAX_ARGUMENT_CHARS, action_json_schema
+from sotopia_env.actions import ACTION_TYPES, MAX_ARGUMENT_CHARS, WORDED_ACTIONS, action_json_schema
 from sotopia_env.backends.base import ChatRequest, GenerationSettings
 from sotopia_env.backends.local import LocalBackend
 from sotopia_env.backends.remote import hosted_schema
@@ -115,7 +117,50 @@ def test_local_grammar_enforces_the_same_rules(tiny: LocalBackend) -> None:
     for kind, argument in ACCEPTED:
         assert _grammar_accepts(tiny, one_line(kind, argument)), (kind, argument)
     for kind, argument in REJECTED:
+        if len(argument) > MAX_ARGUMENT_CHARS and kind in WORDED_ACTIONS:
+            # the grammar holds no length bound for worded arguments (it made each mask step ~300 ms);
+            # max_new_tokens bounds them, and the closing reserve ends them as JSON (test below)
+            assert _grammar_accepts(tiny, one_line(kind, argument)), (kind, argument)
+            continue
         assert not _grammar_accepts(tiny, one_line(kind, argument)), (kind, argument)
+
+
+def test_a_row_out_of_tokens_closes_its_json(tiny: LocalBackend) -> None:
+    """The random tiny model never ends a worded argument by itself; each row still ends as a valid action."""
+    requests = [
+        ChatRequest(
+            [{"role": "user", "content": f"turn {i}"}],
+            action_json_schema(["speak"]),
+            temperature=1.0,
+            max_new_tokens=limit,
+            seed=i,
+        )
+        for i, limit in enumerate([32, 40, 48, 56, 64, 72, 80, 88])
+    ]
+    outputs = asyncio.run(tiny.generate(requests))
+    for request, out in zip(requests, outputs, strict=True):
+        assert out.meta["finish_reason"] == "stop", out.text
+        assert out.completion_tokens < request.max_new_tokens
+        action = json.loads(out.text)
+        assert action["action_type"] == "speak" and action["argument"], out.text
+    assert tiny.stats.json_truncated == 0
+
+
+def test_without_the_reserve_the_same_rows_are_cut(tiny: LocalBackend, monkeypatch) -> None:
+    """The control: with no closing tokens, the same requests run out of tokens mid-argument."""
+    monkeypatch.setattr(tiny, "_closers", [])
+    requests = [
+        ChatRequest(
+            [{"role": "user", "content": f"turn {i}"}],
+            action_json_schema(["speak"]),
+            temperature=1.0,
+            max_new_tokens=24,
+            seed=i,
+        )
+        for i in range(4)
+    ]
+    outputs = asyncio.run(tiny.generate(requests))
+    assert sum(out.meta["finish_reason"] == "length" for out in outputs) >= 3
 
 
 def test_constrained_decoding_never_opens_talk_without_a_word(tiny: LocalBackend) -> None:
@@ -165,3 +210,16 @@ def test_repetition_penalty_counts_the_reply_not_the_prompt(tiny: LocalBackend) 
     print(plain, penalised)
     assert len(plain) - len(set(plain)) > len(penalised) - len(set(penalised))  # fewer repeats in the reply
     assert plain[0] == penalised[0]  # the first token is free: the prompt's tokens are not penalised
+
+
+@pytest.mark.model
+def test_the_action_grammar_costs_under_a_millisecond_per_step(embedded_model_path: str) -> None:
+    """The mask is filled row by row, each step: at ~300 ms (a bounded repetition in the pattern) it cost
+    several times the model's own step. SmolLM2's real tokenizer, the shipped schema, realistic actions."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from grammar_mask import mask_costs
+
+    backend = LocalBackend.from_spec("smollm2-135m")
+    costs = mask_costs(backend, action_json_schema())
+    assert len(costs) > 50
+    assert statistics.mean(costs) < 1e-3 and statistics.median(costs) < 1e-3, max(costs)

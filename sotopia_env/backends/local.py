@@ -110,6 +110,7 @@ class LocalBackend:
             tokenizer.pad_token = tokenizer.eos_token
         self._stop_ids = _stop_token_ids(model, tokenizer)
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self._closers = closing_tokens(tokenizer)
         self._compiler: xgr.GrammarCompiler | None = None
         self._grammars: dict[str, xgr.CompiledGrammar] = {}
         self._lock = threading.Lock()  # one batch at a time, whatever the event loop
@@ -262,7 +263,7 @@ class LocalBackend:
         if requests[0].repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
             processors.append(RepetitionPenaltyLogitsProcessor(requests[0].repetition_penalty, prompt_len))
         if any(g is not None for g in grammars):
-            processors.append(_GrammarMask(grammars, limits, self._vocab_size))
+            processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers))
         if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
             tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
             processors.append(NoCopy(tables, prompt_len))
@@ -325,8 +326,8 @@ class LocalBackend:
 
     def _constraint(self, request: ChatRequest) -> xgr.CompiledGrammar | None:
         """The compiled grammar for a request's JSON schema or regex (cached), or None when unconstrained."""
-        if request.json_schema is not None:
-            return self._grammar(json.dumps(request.json_schema), "json")  # xgrammar keeps the property order
+        if request.json_schema is not None:  # xgrammar keeps the property order
+            return self._grammar(json.dumps(_without_lengths_beside_patterns(request.json_schema)), "json")
         if request.regex is not None:
             return self._grammar(request.regex, "regex")
         return None
@@ -364,10 +365,35 @@ class LocalBackend:
         return f"LocalBackend({self.model!r}, device={self.device}, max_batch_size={self.max_batch_size})"
 
 
-class _GrammarMask(LogitsProcessor):
-    """Masks each constrained row's logits to what its xgrammar matcher allows; other rows are left alone."""
+CLOSE_RESERVE = 6  # a row this close to its max_new_tokens closes its JSON ('"', '}', stop), once a character is whole
+_CLOSING_TEXTS = ('"', '"}', "}", "]", '"]', "}}", '"}}', "]}", '"]}', "}]")
 
-    def __init__(self, grammars: list[xgr.CompiledGrammar | None], limits: list[int], vocab_size: int) -> None:
+
+def closing_tokens(tokenizer: Any) -> list[tuple[int, str]]:
+    """``(id, text)`` of the tokens that only close JSON (a quote, braces, brackets), each one token here."""
+    found = {}
+    for text in _CLOSING_TEXTS:
+        encoded = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(encoded) == 1:
+            found[int(encoded[0])] = text
+    return sorted(found.items())
+
+
+class _GrammarMask(LogitsProcessor):
+    """Masks each constrained row's logits to what its xgrammar matcher allows; other rows are left alone.
+
+    A row within ``CLOSE_RESERVE`` steps of its ``max_new_tokens`` is held to the closing tokens its grammar
+    allows, when it allows any: the action schema's worded argument has no length bound in the grammar (a
+    bounded repetition made the mask ~10,000x slower), so this is what lets a long reply still end as JSON.
+    """
+
+    def __init__(
+        self,
+        grammars: list[xgr.CompiledGrammar | None],
+        limits: list[int],
+        vocab_size: int,
+        closers: list[tuple[int, str]] | None = None,
+    ) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
@@ -375,8 +401,24 @@ class _GrammarMask(LogitsProcessor):
         self.limits = limits
         self.bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
         self.vocab_size = vocab_size
+        self.closers = [c for c, _ in closers or [] if c < vocab_size]
+        self.quote_closers = {c for c, text in closers or [] if text.startswith('"')}
         self.step = 0
         self.dead: set[int] = set()
+
+    def _close(self, row: int) -> None:
+        """Keep only the closing tokens that the row's mask allows (if any): the JSON ends in time."""
+        allowed = [c for c in self.closers if (int(self.bitmask[row, c >> 5]) >> (c & 31)) & 1]
+        quoted = [c for c in allowed if c in self.quote_closers]
+        allowed = quoted or allowed  # inside a string, '}' and ']' are only more characters
+        if not allowed:
+            return
+        words: dict[int, int] = {}
+        for c in allowed:
+            words[c >> 5] = words.get(c >> 5, 0) | (1 << (c & 31))
+        self.bitmask[row].zero_()
+        for word, bits in words.items():
+            self.bitmask[row, word] = bits - (1 << 32) if bits >= 1 << 31 else bits  # int32, two's complement
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         active = []
@@ -388,6 +430,8 @@ class _GrammarMask(LogitsProcessor):
                 continue
             if not matcher.is_terminated():
                 matcher.fill_next_token_bitmask(self.bitmask, i)
+                if self.limits[i] - self.step <= CLOSE_RESERVE:
+                    self._close(i)
                 active.append(i)
         self.step += 1
         if not active:
@@ -444,6 +488,21 @@ def _stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
 def _sampling_key(request: ChatRequest) -> tuple[float, float, float]:
     penalty = request.repetition_penalty
     return (0.0, 1.0, penalty) if request.temperature <= 0 else (request.temperature, request.top_p, penalty)
+
+
+def _without_lengths_beside_patterns(schema: Any) -> Any:
+    """The schema less minLength/maxLength where a pattern stands beside them: xgrammar ignores them there and
+    says so on stderr at every compile (the action schema's worded argument; see ``CLOSE_RESERVE``)."""
+    if isinstance(schema, list):
+        return [_without_lengths_beside_patterns(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    patterned = "pattern" in schema
+    return {
+        k: _without_lengths_beside_patterns(v)
+        for k, v in schema.items()
+        if not (patterned and k in ("minLength", "maxLength"))
+    }
 
 
 def _is_json(text: str) -> bool:
