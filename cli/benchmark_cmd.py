@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_env.cli.common import console, user_errors
+from sotopia_env.cli.common import check_output_file, console, user_errors
 from sotopia_env.cli.options import (
     AgentsPath,
     ApiBase,
@@ -44,10 +44,10 @@ def benchmark(
         "test", "--scenarios", help="all, hard, test, dev, train, a tag, TAG:SPLIT (verifiable:test), or comma ids."
     ),
     episodes_per_scenario: int = typer.Option(
-        1, "--episodes-per-scenario", min=1, help="Character pairings per scenario (each in both seats)."
+        1, "--episodes-per-scenario", min=1, max=10_000, help="Character pairings per scenario (each in both seats)."
     ),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes in flight at once."),
-    max_turns: int = typer.Option(20, "--max-turns", min=1),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=100_000, help="Episodes in flight at once."),
+    max_turns: int = typer.Option(20, "--max-turns", min=1, max=1000),
     seed: int = typer.Option(0, "--seed"),
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
@@ -83,10 +83,14 @@ def benchmark(
     from sotopia_env.llm_evaluator import dimensions_from_config
     from sotopia_env.sampler import NoEligibleCharacters
 
+    check_output_file(json_out, "--json")
+    check_output_file(png, "--png")
     st = open_store_or_fail(store, writable=True)
     lib = library(scenarios_dir)
     with user_errors(LibraryError, NoEligibleCharacters, AgentSpecError, ValueError):
         chosen = lib.select(scenarios)
+        if not chosen:
+            raise ValueError(f"--scenarios {scenarios!r} selects no scenario")
         check_rule_specs(chosen, ["", partner], evaluator)
         jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
         make_judge = partial(make_evaluator, evaluator, dimensions, api_base_value(api_base))
@@ -96,6 +100,10 @@ def benchmark(
     settings = GenerationSettings(seed=seed)
     make_agents = partial(default_agent_factory, settings=settings, api_base=api_base_value(api_base))
     config = EnvConfig(max_turns=max_turns)
+    if ray is None:  # every spec builds before anything plays: a typo is one line, not a batch of failures
+        with user_errors(UserError):
+            for spec in dict.fromkeys([model, partner]):
+                make_agents()(spec, 0)
     tune_gc_for_batch()
     with user_errors(UserError):  # StoreError, RayError
         if ray is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -26,3 +27,13 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         yield
     except caught as exc:
         raise fail(str(exc)) from None
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Fail now (one line, before any work) where ``path`` could not be written as a file later."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise fail(f"{option} {path}: is a folder; give a file path")
+    if not path.absolute().parent.is_dir():
+        raise fail(f"{option} {path}: the folder {path.absolute().parent} does not exist")

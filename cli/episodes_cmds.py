@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_env.cli.common import console, fail, user_errors
+from sotopia_env.cli.common import check_output_file, console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
@@ -34,12 +34,16 @@ def list_episodes(
     model: str = typer.Option(None, help="Only episodes where this model played a seat."),
     scenario: str = typer.Option(None, help="Only this scenario id."),
     status: str = typer.Option(None, help="rated, unrated or failed."),
-    limit: int = typer.Option(50, help="At most this many."),
+    limit: int = typer.Option(50, min=0, max=1_000_000, help="At most this many."),
     store: str = Store,
 ) -> None:
     """List stored episodes, oldest first."""
     from rich.table import Table
 
+    from sotopia_env.episodes.store import check_status
+
+    with user_errors(ValueError):
+        check_status(status)
     st = open_store_or_fail(store)
     table = Table("id", "tag", "scenario", "models", "end", "status", "goal")
     logs = st.query(tag=tag, model=model, scenario=scenario, status=status, limit=limit)
@@ -106,6 +110,12 @@ def export(
 
     Both SOTOPIA layouts leave unrated and failed episodes out: SOTOPIA would read their placeholder 0 as a score.
     """
+    if fmt not in ("jsonl", "sotopia", "sotopia-public", "hf"):
+        raise fail(f"--format {fmt!r}: expected jsonl, sotopia, sotopia-public or hf")
+    if fmt in ("jsonl", "sotopia-public"):
+        check_output_file(path, "PATH")
+    elif path.is_file() or not path.absolute().parent.is_dir():
+        raise fail(f"{path}: give a folder (new or existing) inside an existing folder for --format {fmt}")
     st = open_store_or_fail(store)
     logs = list(st.iter(tag))
     with user_errors(ValueError, OSError):
@@ -154,6 +164,8 @@ def import_(
             logs = read_sotopia(path)
         else:
             raise ValueError(f"unknown format {fmt!r} (jsonl or sotopia)")
+    if not logs:
+        raise fail(f"{path}: no episodes in it; nothing imported")
     for log in logs:
         if tag:
             log.tag = tag
@@ -172,7 +184,7 @@ def evaluate(
     evaluator: str = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge."),
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
-    concurrency: int = typer.Option(8, help="Ratings in flight at once."),
+    concurrency: int = typer.Option(8, min=1, max=100_000, help="Ratings in flight at once."),
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
 ) -> None:
@@ -202,6 +214,8 @@ def report(
     """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0."""
     from sotopia_env.episodes.report import build_report, plot_report, print_report
 
+    check_output_file(json_out, "--json")
+    check_output_file(png, "--png")
     st = open_store_or_fail(store)
     rep = build_report(st.iter(tag), tag=tag, group_by_seat=by_seat)
     if not rep.rows:

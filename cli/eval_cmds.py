@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_env.cli.common import console, fail, user_errors
+from sotopia_env.cli.common import check_output_file, console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, api_base_value
 
 eval_app = typer.Typer(help="Evaluate models on social-reasoning tasks.", no_args_is_help=True)
@@ -33,6 +33,8 @@ def socialiqa(
     from sotopia_env.training.rewards import evaluate_socialiqa, load_socialiqa
     from sotopia_env.training.rewards.socialiqa_eval import answer_socialiqa
 
+    out = out or Path(f"socialiqa-{Path(model).name}{'-constrained' if constrained else ''}.jsonl")
+    check_output_file(out, "--out")
     with user_errors(ValueError, OSError):
         items = load_socialiqa(data)[:limit]
         if constrained and not is_local_spec(model):
@@ -53,7 +55,6 @@ def socialiqa(
         f"format-valid {result['format_valid_rate']:.3f}, mean reward {result['mean_reward']:.3f}, "
         f"generation errors {len(errors)}"
     )
-    out = out or Path(f"socialiqa-{Path(model).name}{'-constrained' if constrained else ''}.jsonl")
     with out.open("w") as fh:
         for row, completion in zip(result["items"], completions, strict=True):
             fh.write(json.dumps({**row, "completion": completion.text, "error": completion.error}) + "\n")

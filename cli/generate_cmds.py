@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 DEFAULT_MODEL = "smollm2-135m"
 
 Model = typer.Option(DEFAULT_MODEL, "--model", help="Model spec: an alias, a hub id, or a litellm model string.")
-Count = typer.Option(10, "--n", min=0, help="How many items to generate (scenarios: fresh seeds to use).")
+Count = typer.Option(10, "--n", min=0, max=100_000, help="How many items to generate (scenarios: fresh seeds to use).")
 Out = typer.Option(..., "--out", help="Directory the YAML files (one per item) are written to.")
 Seed = typer.Option(0, "--seed", help="Seeds example choice, attribute sampling and generation.")
-Concurrency = typer.Option(8, "--concurrency", min=1, help="Generations in flight at once.")
-Attempts = typer.Option(3, "--attempts", min=1, help="Tries per item before it is skipped as failed.")
+Concurrency = typer.Option(8, "--concurrency", min=1, max=4096, help="Generations in flight at once.")
+Attempts = typer.Option(3, "--attempts", min=1, max=100, help="Tries per item before it is skipped as failed.")
 MaxNewTokens = typer.Option(700, "--max-new-tokens", min=16, help="Token limit of each reply.")
 Temperature = typer.Option(0.9, "--temperature", min=0.0, help="Sampling temperature.")
 
@@ -46,6 +46,8 @@ def _reference_library(out: Path, extra: list[Path] | None) -> Library:
     """The built-in library, the extra dirs, and what ``out`` already holds (each path once)."""
     from sotopia_env.library import LibraryError, load_library
 
+    if out.exists() and not out.is_dir():
+        raise fail(f"--out {out}: is a file; give a folder (new or existing) for the YAML files")
     paths: dict[Path, Path] = {}
     for path in [*(extra or []), out]:
         if path.exists():
@@ -140,6 +142,8 @@ def generate_scenarios_cmd(
         raise fail(f"--split {split!r}: generated scenarios never go into the test split; use train or dev")
     with user_errors(SeedFileError):
         seeds = read_seeds(seeds_path, column)
+    if not seeds:
+        raise fail(f"--from {seeds_path}: no seed situations in the file")
     lib = _reference_library(out, scenarios_dir)
     backend = _backend(model, api_base_value(api_base))
     settings = _settings(seed, concurrency, attempts, max_new_tokens, temperature)

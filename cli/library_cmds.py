@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_env.cli.common import console, user_errors
+from sotopia_env.cli.common import console, fail, user_errors
 from sotopia_env.cli.generate_cmds import generate_characters_cmd, generate_scenarios_cmd
 from sotopia_env.cli.options import ScenariosDir, library
 
@@ -25,6 +25,8 @@ def list_scenarios(
     """List scenarios with their relationship, split and tags."""
     from rich.table import Table
 
+    if split is not None and split not in ("train", "dev", "test"):
+        raise fail(f"--split {split!r}: expected train, dev or test")
     lib = library(scenarios_dir)
     table = Table("id", "relationship", "split", "tags", "scenario")
     shown = 0
@@ -62,9 +64,14 @@ def validate(paths: list[Path] = typer.Argument(..., help="YAML files or directo
         for path in paths:
             if not path.exists():
                 raise LibraryError(f"{path}: no such file or directory")
-            for f in yaml_files(path):
+            files = yaml_files(path)
+            if not files:
+                raise LibraryError(f"{path}: no YAML files (*.yaml, *.yml) to validate")
+            for f in files:
                 counts.add_file(f)
         load_library(paths)  # references resolve against the built-in characters too
+        if not (counts.scenarios or counts.characters or counts.relationships):
+            raise LibraryError(f"{', '.join(map(str, paths))}: no scenarios, characters or relationships in it")
     console.print(
         f"ok: {len(counts.scenarios)} scenarios, {len(counts.characters)} characters, "
         f"{len(counts.relationships)} relationships"

@@ -53,6 +53,7 @@ MaxCalls = typer.Option(
     None,
     "--max-calls",
     min=1,
+    max=1_000_000,
     help="Cap the LLM calls in flight per model (for rate-limited APIs). Default: one per episode in flight.",
 )
 Evaluator = typer.Option(
@@ -98,7 +99,7 @@ RayAddress = typer.Option(
     help="Run the episodes on Ray actors: '--ray local' starts a local cluster; '--ray auto' joins the one "
     "'ray start --head' runs here; HOST:PORT or ray://HOST:10001 a remote one (needs a redis:// store).",
 )
-RayWorkers = typer.Option(2, "--ray-workers", min=1, help="Ray actors sharing the batch (with --ray).")
+RayWorkers = typer.Option(2, "--ray-workers", min=1, max=10_000, help="Ray actors sharing the batch (with --ray).")
 RayGpus = typer.Option(
     0.0, "--ray-gpus-per-worker", min=0, help="GPUs each Ray actor reserves; 1 gives each its own local model."
 )

@@ -46,7 +46,7 @@ def run(
         help="Model spec, alias, 'human', 'rule-partner' (verifiable scenarios) or module:Class.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling, the env and generation."),
-    max_turns: int = typer.Option(20, "--max-turns", min=1, help="Truncate after this many turns."),
+    max_turns: int = typer.Option(20, "--max-turns", min=1, max=1000, help="Truncate after this many turns."),
     evaluator: str = Evaluator,
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
@@ -76,15 +76,15 @@ def run(
     with user_errors(ValueError, NoEligibleCharacters):
         setup = sample_setup(lib, seed=seed, scenario=scenario)
         check_rule_specs([setup.scenario], [agent1, agent2], evaluator)
+    settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
+    with user_errors(AgentSpecError, ValueError, OSError):  # before any output: an error is one line
+        agents = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in (agent1, agent2)]
+        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
     console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
     console.print(setup.scenario.scenario, highlight=False)
     for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):
         console.print(f"[bold]{name}[/] goal: {goal}", highlight=False)
     console.rule()
-    settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
-    with user_errors(AgentSpecError, ValueError, OSError):
-        agents = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in (agent1, agent2)]
-        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
 
     def show(turn) -> None:
         line = render_action(turn.agent, turn.action)

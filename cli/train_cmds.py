@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sotopia_env.cli.common import console, user_errors
+from sotopia_env.cli.common import check_output_file, console, user_errors
 from sotopia_env.cli.options import RayAddress, Store
 
 train_app = typer.Typer(
@@ -189,6 +189,7 @@ def dataset(
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.training.dataset import FilterConfig, build_dataset, played_by
 
+    check_output_file(out, "--out")
     st = open_store_or_fail(store)
     sample_filters, example_filters = FilterConfig(top1, min_goal, not keep_none, balance).build(seed)
     if model:

@@ -7,7 +7,8 @@ Keys, under a configurable prefix (default ``sotopia``):
   sets of episode ids;
 - ``<p>:order``: sorted set of every id, scored by creation time (ties by id);
 - ``<p>:combo:<tag>``: hash ``<status>:<combo_key>`` -> how many episodes of that combo have that status;
-- ``<p>:tags``: hash ``tag`` -> how many episodes carry it.
+- ``<p>:tags``: hash ``tag`` -> how many episodes carry it;
+- ``<p>:claim:<tag>:<combo_key>``: the driver playing that combo now, a lease with a time-to-live.
 
 The two hashes hold counts rather than a single value so that replacing or
 deleting an episode keeps them exact. Every write is one MULTI/EXEC
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from typing import Any
@@ -39,6 +40,27 @@ from sotopia_env.episodes.store import (
 from sotopia_env.errors import first_line
 
 _BATCH = 200
+# Compare-and-set on claim leases: only the driver that holds a lease renews or releases it.
+_RENEW = """
+local kept = {}
+for i, name in ipairs(KEYS) do
+    if redis.call('GET', name) == ARGV[1] then
+        redis.call('PEXPIRE', name, ARGV[2])
+        kept[i] = 1
+    else
+        kept[i] = 0
+    end
+end
+return kept
+"""
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+_TAKE_OVER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    return 1
+end
+return 0
+"""
 _TRANSIENT_ERRORS = (redis.exceptions.ReadOnlyError, redis.exceptions.ExecAbortError)
 _TRANSIENT_REPLIES = ("OOM", "MISCONF", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "LOADING")
 
@@ -205,6 +227,64 @@ class RedisStore:
 
         with self._guard():
             self._redis.transaction(transaction, key)
+
+    # -- claims: each combination played once, however many drivers share the store ----------------
+
+    def _claim_key(self, tag: str, key: str) -> str:
+        return self._key("claim", f"{tag}:{key}")
+
+    def _best_status(self, tag: str, key: str) -> str | None:
+        counts = self._redis.hmget(self._key("combo", tag), [f"{s}:{key}" for s in STATUSES])
+        return next((s for s, n in zip(STATUSES, counts, strict=True) if n is not None and int(n) > 0), None)
+
+    def claim(
+        self,
+        tag: str,
+        key: str,
+        owner: str,
+        ttl_s: float,
+        expected: str | None = None,
+        stale: Callable[[str], bool] | None = None,
+    ) -> str:
+        """``"ours"`` (the lease is ``owner``'s for ``ttl_s``: ``SET NX PX``), ``"held"`` (another driver's lease
+        is live) or ``"done"`` (the combo's stored status is no longer ``expected``: someone played it).
+        The lease is taken before the status is read, and a driver stores before it releases, so a combo
+        seen as not done under a live lease of ours cannot be stored by anyone else meanwhile.
+        ``stale(holder)`` true takes over a live lease whose driver is known to be gone (compare-and-set)."""
+        name = self._claim_key(tag, key)
+        ttl_ms = max(1, int(ttl_s * 1000))
+        with self._guard():
+            if not self._redis.set(name, owner, nx=True, px=ttl_ms):
+                holder = self._redis.get(name)
+                if holder != owner:
+                    if holder is None or stale is None or not stale(holder):
+                        return "held"  # (None: it lapsed just now; the next look takes it)
+                    if not int(self._redis.eval(_TAKE_OVER, 1, name, holder, owner, ttl_ms)):
+                        return "held"
+                self._redis.pexpire(name, ttl_ms)
+            if self._best_status(tag, key) != expected:
+                self._release(name, owner)
+                return "done"
+        return "ours"
+
+    def renew_claims(self, tag: str, keys: Iterable[str], owner: str, ttl_s: float) -> list[str]:
+        """Extend ``owner``'s leases on ``keys``; returns the keys whose lease it no longer holds."""
+        keys = list(keys)
+        if not keys:
+            return []
+        with self._guard():
+            kept = self._redis.eval(
+                _RENEW, len(keys), *[self._claim_key(tag, k) for k in keys], owner, max(1, int(ttl_s * 1000))
+            )
+        return [key for key, ok in zip(keys, kept, strict=True) if not int(ok)]
+
+    def release_claim(self, tag: str, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``key`` (another driver's is left alone)."""
+        with self._guard():
+            self._release(self._claim_key(tag, key), owner)
+
+    def _release(self, name: str, owner: str) -> None:
+        self._redis.eval(_RELEASE, 1, name, owner)
 
     # -- reading ------------------------------------------------------------------------------------
 

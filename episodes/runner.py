@@ -31,6 +31,7 @@ from sotopia_env.agents.loading import load_agent
 from sotopia_env.backends.remote import call_limit
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.claims import DEFAULT_LEASE_SECONDS, Claims, ComboClaim, supports_claims
 from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
@@ -88,19 +89,35 @@ async def run_episode(
     config: EnvConfig | None = None,
     on_turn: TurnCallback | None = None,
     slot: asyncio.Semaphore | None = None,
-) -> EpisodeLog:
+    claim: ComboClaim | None = None,
+) -> EpisodeLog | None:
     """Play, rate and store one episode: the one path every command and stage takes.
 
     ``episode`` is a ``Job``, played by ``agents`` (one per seat, or a factory called per seat), or
     an episode played before, which is only rated and stored. ``slot`` (a batch's concurrency
     limit) is held while playing and rating, not while storing: a write being retried never holds
     up the rest of the batch. Returns the log, whether it was stored or spilled.
+
+    ``claim`` (``run_batch`` passes one): the combination is claimed in the store once the slot is held,
+    and released after the store step. When another driver holds it, or has stored it, nothing is played and
+    the return is None (``claim.outcome`` says which).
     """
     async with slot or contextlib.nullcontext():
-        log = episode if isinstance(episode, EpisodeLog) else await _play_job(episode, agents, tag, config, on_turn)
-        log = await rate(log, evaluator)
-    if writer is not None:
-        await writer.put(log)
+        if claim is not None and not await claim.take():
+            return None
+        try:
+            log = episode if isinstance(episode, EpisodeLog) else await _play_job(episode, agents, tag, config, on_turn)
+            log = await rate(log, evaluator)
+        except BaseException:
+            if claim is not None:
+                await claim.release()
+            raise
+    try:
+        if writer is not None:
+            await writer.put(log)
+    finally:
+        if claim is not None:
+            await claim.release()
     return log
 
 
@@ -242,10 +259,21 @@ def plan(jobs: Sequence[Job], store: EpisodeStore, tag: str, rerun_failed: bool 
     return todo, len(jobs) - len(todo)
 
 
-async def _then(episode: Awaitable[EpisodeLog], callback: Callable[[EpisodeLog], None]) -> EpisodeLog:
+async def _then(episode: Awaitable[EpisodeLog | None], callback: Callable[[EpisodeLog], None]) -> EpisodeLog | None:
     log = await episode
-    callback(log)
+    if log is not None:
+        callback(log)
     return log
+
+
+async def _once(claim: ComboClaim, play_it: Callable[[], Awaitable[EpisodeLog | None]]) -> EpisodeLog | None:
+    """Play a combination under its claim; while another live driver holds it, wait for it to be stored (None)
+    or for that driver's lease to lapse (then play it here)."""
+    while True:
+        log = await play_it()
+        if log is not None or claim.outcome == "done":
+            return log
+        await asyncio.sleep(claim.claims.poll_seconds)
 
 
 async def run_batch(
@@ -262,6 +290,7 @@ async def run_batch(
     spill_dir: Path | None = None,
     max_calls: int | None = None,
     on_episode: Callable[[EpisodeLog], None] | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> BatchSummary:
     """Run every job not already done under ``tag`` through ``run_episode``, ``concurrency`` at a time.
     ``on_episode`` is called with each finished episode (a Ray worker reports its progress through it).
@@ -272,8 +301,14 @@ async def run_batch(
     or unrated combo replaces its stored episode (same id). While a store fault is retried (up to
     ``retry_seconds``), the other episodes keep playing; if the store stays down, the batch still
     plays to its end, spills what it could not store, and raises ``EpisodesSpilled`` naming the file.
+
+    Exactly once across drivers (``episodes.claims``): each combination is claimed in the store before it is
+    played, under a lease of ``lease_seconds`` renewed while it plays, so two drivers of the same batch on one
+    store split the work, and a driver that died leaves its combinations to the others once its leases lapse.
+    A combination another driver stored meanwhile counts as skipped.
     """
     todo, skipped = plan(jobs, store, tag, rerun_failed)
+    planned = store.combo_status(tag) if rerun_failed else {}
     if rerun_failed and todo:
         keys = {j.key for j in todo}
         old_ids = {log.combo_key: log.id for log in store.iter(tag) if log.combo_key in keys}
@@ -283,7 +318,18 @@ async def run_batch(
     writer = StoreWriter(store, tag, retry_seconds, spill_dir)
     slot = asyncio.Semaphore(max(1, concurrency))
     agents = agent_factory or default_agent_factory()
-    episodes = [run_episode(j, evaluator, writer, agents=agents, tag=tag, config=config, slot=slot) for j in todo]
+    claims = Claims(store, tag, lease_seconds) if supports_claims(store) else None
+
+    def episode_of(job: Job) -> Awaitable[EpisodeLog | None]:
+        def play_it(claim: ComboClaim | None = None) -> Awaitable[EpisodeLog | None]:
+            return run_episode(job, evaluator, writer, agents=agents, tag=tag, config=config, slot=slot, claim=claim)
+
+        if claims is None:
+            return play_it()
+        claim = claims.of(job.key, planned.get(job.key))
+        return _once(claim, lambda: play_it(claim))
+
+    episodes = [episode_of(j) for j in todo]
     if on_episode is not None:
         episodes = [_then(episode, on_episode) for episode in episodes]
     limit = max_calls or calls_in_flight(todo, concurrency, config)
@@ -293,8 +339,12 @@ async def run_batch(
     if progress and todo:
         note(limits_line(concurrency, limit, capped=max_calls is not None))
     with call_limit(limit):
-        logs = await track(episodes, description=f"episodes [{tag}]", enabled=progress)
+        async with claims.kept_alive() if claims is not None else contextlib.nullcontext():
+            logs = await track(episodes, description=f"episodes [{tag}]", enabled=progress)
     for log in logs:
+        if log is None:  # another driver played it
+            summary.skipped += 1
+            continue
         setattr(summary, log.status, getattr(summary, log.status) + 1)
         summary.episode_ids.append(log.id)
     summary.wall_seconds = round(time.perf_counter() - started, 3)

@@ -50,6 +50,13 @@ CREATE TABLE IF NOT EXISTS episode_models (
     PRIMARY KEY (episode_id, seat)
 );
 CREATE INDEX IF NOT EXISTS episode_models_model ON episode_models (model, episode_id);
+CREATE TABLE IF NOT EXISTS claims (
+    tag TEXT NOT NULL,
+    combo_key TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    expires_ts REAL NOT NULL,
+    PRIMARY KEY (tag, combo_key)
+);
 """
 
 _UPSERT = """
@@ -62,6 +69,14 @@ ON CONFLICT (id) DO UPDATE SET
 """
 
 _PAGE = 256
+_BEST = "MIN(CASE status {} ELSE {} END)".format(
+    " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STATUSES)), len(STATUSES)
+)  # a combo's best status (rated > unrated > failed), as its index in STATUSES
+
+
+def _best_status(conn: sqlite3.Connection, tag: str, key: str) -> str | None:
+    (best,) = conn.execute(f"SELECT {_BEST} FROM episodes WHERE tag = ? AND combo_key = ?", (tag, key)).fetchone()
+    return STATUSES[best] if best is not None and best < len(STATUSES) else None
 
 
 def sqlite_path(url: str) -> Path:
@@ -203,6 +218,54 @@ class SQLiteStore:
                 raise KeyError(f"episode {episode_id!r} not found in {self.url}")
             conn.execute("DELETE FROM episode_models WHERE episode_id = ?", (episode_id,))
 
+    # -- claims: each combination played once, however many drivers share the store ----------------
+
+    def claim(
+        self,
+        tag: str,
+        key: str,
+        owner: str,
+        ttl_s: float,
+        expected: str | None = None,
+        stale: Callable[[str], bool] | None = None,
+    ) -> str:
+        """``"ours"`` (the lease is ``owner``'s for ``ttl_s``), ``"held"`` (another driver's lease is live) or
+        ``"done"`` (the combo's stored status is no longer ``expected``: someone played it). One transaction.
+        ``stale(holder)`` true takes over a live lease whose driver is known to be gone."""
+        now = time.time()
+        with self._guard("claim in"), self._write() as conn:
+            if _best_status(conn, tag, key) != expected:
+                return "done"
+            row = conn.execute("SELECT owner, expires_ts FROM claims WHERE tag = ? AND combo_key = ?", (tag, key))
+            current = row.fetchone()
+            if current is not None and current[0] != owner and current[1] > now:
+                if stale is None or not stale(current[0]):
+                    return "held"
+            conn.execute(
+                "INSERT OR REPLACE INTO claims (tag, combo_key, owner, expires_ts) VALUES (?, ?, ?, ?)",
+                (tag, key, owner, now + ttl_s),
+            )
+            return "ours"
+
+    def renew_claims(self, tag: str, keys: Iterable[str], owner: str, ttl_s: float) -> list[str]:
+        """Extend ``owner``'s leases on ``keys``; returns the keys whose lease it no longer holds."""
+        keys = list(keys)
+        lost = []
+        with self._guard("renew claims in"), self._write() as conn:
+            for key in keys:
+                updated = conn.execute(
+                    "UPDATE claims SET expires_ts = ? WHERE tag = ? AND combo_key = ? AND owner = ?",
+                    (time.time() + ttl_s, tag, key, owner),
+                )
+                if updated.rowcount == 0:
+                    lost.append(key)
+        return lost
+
+    def release_claim(self, tag: str, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``key`` (another driver's is left alone)."""
+        with self._guard("release a claim in"), self._write() as conn:
+            conn.execute("DELETE FROM claims WHERE tag = ? AND combo_key = ? AND owner = ?", (tag, key, owner))
+
     # -- reading ------------------------------------------------------------------------------------
 
     def _load(self, episode_id: str, data: str) -> EpisodeLog:
@@ -257,11 +320,7 @@ class SQLiteStore:
             cursor = (rows[-1][2], rows[-1][0])
 
     def combo_status(self, tag: str) -> dict[str, str]:
-        rank = " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STATUSES))
-        sql = (
-            f"SELECT combo_key, MIN(CASE status {rank} ELSE {len(STATUSES)} END) FROM episodes "
-            "WHERE tag = ? AND combo_key != '' GROUP BY combo_key"
-        )
+        sql = f"SELECT combo_key, {_BEST} FROM episodes WHERE tag = ? AND combo_key != '' GROUP BY combo_key"
         return {key: STATUSES[best] for key, best in self._select(sql, [tag]) if best < len(STATUSES)}
 
     def tags(self) -> list[str]:

@@ -25,9 +25,9 @@ def make_evaluator(spec: str, dimensions: str = "sotopia", api_base: str | None 
     """The evaluator ``spec`` names on ``dimensions`` ('sotopia', 'goal' or a comma list); None for ``none``."""
     from sotopia_env.llm_evaluator import dimensions_from_config
 
+    chosen = dimensions_from_config(dimensions)  # checked even for 'none': a typo is an error wherever it is
     if spec.strip().lower() == NO_EVALUATOR:
         return None
-    chosen = dimensions_from_config(dimensions)
     if spec.strip().lower() == RULE_BASED:
         from sotopia_env.evaluation import RuleBasedEvaluator
 

@@ -46,6 +46,8 @@ def read_yaml(path: Path, error: type[Exception] = ValueError) -> object:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise error(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}); is this a YAML file?") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

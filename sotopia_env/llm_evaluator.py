@@ -157,6 +157,8 @@ def dimensions_from_config(spec: str | list[dict[str, Any]] | None) -> tuple[Dim
         known = {d.name: d for d in SOTOPIA_DIMENSIONS}
         names = [n.strip() for n in spec.split(",") if n.strip()]
         unknown = [n for n in names if n not in known]
+        if not names:
+            raise ValueError(f"no dimension named in {spec!r} (sotopia, goal, or a comma list of: {', '.join(known)})")
         if unknown:
             raise ValueError(f"unknown dimension {unknown[0]!r} (known: {', '.join(known)})")
         return tuple(known[n] for n in names)

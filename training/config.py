@@ -16,6 +16,7 @@ from pydantic import ConfigDict
 from sotopia_env.backends.endpoints import join_api_bases
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.ray_batch import RayConfig
+from sotopia_env.episodes.store import StoreURLError, store_kind
 from sotopia_env.errors import UserError
 from sotopia_env.training.dataset import FilterConfig
 from sotopia_env.training.grpo import GRPOStageConfig
@@ -188,6 +189,11 @@ def _check_values(c: PipelineConfig) -> None:
         raise bad("sr.rounds", f"must be 0 or more, not {c.sr.rounds}")
     if c.store_retry_seconds < 0:
         raise bad("store_retry_seconds", f"must be 0 or more, not {c.store_retry_seconds}")
+    if c.store is not None:
+        try:
+            store_kind(c.store, "store")
+        except StoreURLError as exc:
+            raise bad("store", str(exc).removeprefix("store ")) from None
     if not c.output_dir.strip():
         raise bad("output_dir", "must not be empty")
     if c.policy_server is not None and (problem := template_problem(c.policy_server)):

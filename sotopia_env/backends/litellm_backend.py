@@ -9,11 +9,14 @@ by ``openai_http.OpenAIHTTPBackend`` instead, which costs far less CPU per call 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 from typing import Any
 
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
+from sotopia_env.embedded_models import ModelUnavailable
 
 
 def import_litellm() -> Any:
@@ -50,6 +53,8 @@ class LiteLLMBackend(RemoteBackend):
             self.litellm_model = f"openai/{model}"
         else:
             self.litellm_model = model
+        if api_base is None:
+            _check_provider(litellm, model)
         openai_compatible = api_base is not None and self.litellm_model.split("/", 1)[0] in OPENAI_COMPATIBLE
         if api_base is not None:  # without api_base, litellm reads the provider's env var
             api_key = server_api_key(api_key, openai_compatible)
@@ -107,3 +112,15 @@ class LiteLLMBackend(RemoteBackend):
             return True
         status = getattr(exc, "status_code", None)
         return isinstance(status, int) and status >= 500
+
+
+def _check_provider(litellm: Any, model: str) -> None:
+    """A hosted model litellm cannot route is one line now (no call made), not an error per episode later."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # litellm prints a provider list on failure
+            litellm.get_llm_provider(model=model)
+    except Exception:
+        raise ModelUnavailable(
+            f"model {model!r}: not an embedded model, a local path or a provider's model litellm knows; "
+            "write PROVIDER/MODEL (e.g. openai/gpt-4o-mini), or give --api-base for your own server"
+        ) from None
