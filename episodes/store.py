@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -110,6 +110,25 @@ class EpisodeStore(Protocol):
     def combo_status(self, tag: str) -> dict[str, str]:
         """combo_key -> best status stored under ``tag`` (rated > unrated > failed)."""
 
+    def claim(
+        self,
+        tag: str,
+        key: str,
+        owner: str,
+        ttl_s: float,
+        expected: str | None = None,
+        stale: Callable[[str], bool] | None = None,
+    ) -> str:
+        """Lease the combination ``key`` of ``tag`` to ``owner`` for ``ttl_s``: ``"ours"``, ``"held"`` (another
+        owner's lease is live and not ``stale``) or ``"done"`` (its stored status is no longer ``expected``).
+        ``episodes.claims`` uses it so that each combination is played once across drivers."""
+
+    def renew_claims(self, tag: str, keys: Iterable[str], owner: str, ttl_s: float) -> list[str]:
+        """Extend ``owner``'s leases; returns the keys it no longer holds."""
+
+    def release_claim(self, tag: str, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``key``; another owner's is left alone."""
+
     def delete(self, episode_id: str) -> None: ...
 
     def tags(self) -> list[str]: ...
@@ -135,7 +154,9 @@ def store_kind(url: str, where: str = "store") -> str:
     ``redis:/host:6379/0``, or ``mongodb://x`` or ``postgres://…`` copied from another tool, must never become a
     stray local SQLite file. ``where`` names the source (``--store``, ``$SOTOPIA_ENV_STORE``, a config's key).
     """
-    text = url.strip() if isinstance(url, str) else ""
+    if not isinstance(url, str):
+        raise StoreURLError(f"{where}: a store URL is text, not {type(url).__name__}; expected {ACCEPTED_STORES}")
+    text = url.strip()
     shown = _redacted(url)
     if not text:
         raise StoreURLError(f"{where}: an empty store URL; expected {ACCEPTED_STORES}")
