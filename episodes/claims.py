@@ -54,7 +54,7 @@ def supports_claims(store: EpisodeStore) -> bool:
 
 @dataclass
 class Claims:
-    """One driver's leases under one tag; ``keep_alive`` renews them every third of the lease."""
+    """One driver's leases under one tag; ``kept_alive`` renews them every third of the lease."""
 
     store: EpisodeStore
     tag: str
