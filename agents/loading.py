@@ -9,6 +9,7 @@ namespace (``training.experts:ScriptedExpert``) still loads ``sotopia_env.traini
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import re
@@ -50,13 +51,14 @@ def add_agents_path(folders: Iterable[str | Path]) -> None:
             _AGENT_FOLDERS.append(path)
 
 
-def _own_folders() -> set[Path]:
+@functools.cache
+def _own_folders() -> frozenset[Path]:
     """Where our own packages live: a spec that finds one of them in the current folder means ours, not the user's."""
     folders = set()
     for name in ("sotopia_env", *(f"sotopia_env.{sub}" for sub in _OLD_TOP_LEVEL.values())):
         spec = importlib.util.find_spec(name)  # without importing the subpackage itself
         folders.update(Path(p).resolve() for p in (spec.submodule_search_locations or []) if spec)
-    return folders
+    return frozenset(folders)
 
 
 def _is_ours(spec: ModuleSpec) -> bool:

@@ -61,8 +61,6 @@ class Claims:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     owner: str = field(default_factory=new_owner)
     held: set[str] = field(default_factory=set)
-    lost: set[str] = field(default_factory=set)
-    unclaimed: int = 0  # played while the store could not be reached to claim them
 
     @property
     def poll_seconds(self) -> float:
@@ -79,7 +77,6 @@ class Claims:
         except StoreUnavailable:
             # The store is down: play on, as the batch does (finished episodes are retried, then spilled);
             # exactly-once needs the store, so this one is played unclaimed.
-            self.unclaimed += 1
             return "ours"
         if outcome == "ours":
             self.held.add(key)
@@ -91,16 +88,11 @@ class Claims:
             await asyncio.to_thread(self.store.release_claim, self.tag, key, self.owner)  # type: ignore[attr-defined]
 
     async def renew(self) -> None:
-        keys = sorted(self.held)
-        if keys:
-            lost = await asyncio.to_thread(
-                self.store.renew_claims,
-                self.tag,
-                keys,
-                self.owner,
-                self.lease_seconds,  # type: ignore[attr-defined]
-            )
-            self.lost.update(k for k in lost if k in self.held)
+        """Extend every held lease. A lease already lost (this driver stalled past it) is not taken back: the
+        driver that took it over plays the combination too, and both store it."""
+        if self.held:
+            renew = self.store.renew_claims  # type: ignore[attr-defined]
+            await asyncio.to_thread(renew, self.tag, sorted(self.held), self.owner, self.lease_seconds)
 
     def of(self, key: str, expected: str | None) -> ComboClaim:
         return ComboClaim(self, key, expected)

@@ -253,7 +253,10 @@ def limits_line(concurrency: int, calls: int, capped: bool) -> str:
 
 def plan(jobs: Sequence[Job], store: EpisodeStore, tag: str, rerun_failed: bool = False) -> tuple[list[Job], int]:
     """The jobs still to run under ``tag``: not stored yet, or (with ``rerun_failed``) failed/unrated."""
-    done = store.combo_status(tag)
+    return _still_to_run(jobs, store.combo_status(tag), rerun_failed)
+
+
+def _still_to_run(jobs: Sequence[Job], done: dict[str, str], rerun_failed: bool) -> tuple[list[Job], int]:
     redo = ("failed", "unrated") if rerun_failed else ()
     todo = [j for j in jobs if j.key not in done or done[j.key] in redo]
     return todo, len(jobs) - len(todo)
@@ -307,8 +310,8 @@ async def run_batch(
     store split the work, and a driver that died leaves its combinations to the others once its leases lapse.
     A combination another driver stored meanwhile counts as skipped.
     """
-    todo, skipped = plan(jobs, store, tag, rerun_failed)
-    planned = store.combo_status(tag) if rerun_failed else {}
+    done = store.combo_status(tag)  # what the plan saw: a claim plays a combination only while it still holds
+    todo, skipped = _still_to_run(jobs, done, rerun_failed)
     if rerun_failed and todo:
         keys = {j.key for j in todo}
         old_ids = {log.combo_key: log.id for log in store.iter(tag) if log.combo_key in keys}
@@ -326,7 +329,7 @@ async def run_batch(
 
         if claims is None:
             return play_it()
-        claim = claims.of(job.key, planned.get(job.key))
+        claim = claims.of(job.key, done.get(job.key))
         return _once(claim, lambda: play_it(claim))
 
     episodes = [episode_of(j) for j in todo]
