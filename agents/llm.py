@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema, parse_action
 from sotopia_env.agents.base import Usage
-from sotopia_env.backends.base import Backend, GenerationSettings
+from sotopia_env.backends.base import Backend, Completion, GenerationSettings
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt
 
@@ -18,6 +18,10 @@ class LLMAgent:
     an agent error (never as stale talk). With ``settings.avoid_repeats`` the request
     names the earlier turns' arguments (the local backend won't copy runs of their
     tokens), and a reply that still repeats one word for word is retried too.
+
+    ``last_reply`` is the completion that became the latest action (None when the action carries an error, or
+    was not the agent's turn): the one call of a turn that shaped the episode, retries excluded (episode GRPO
+    trains on it alone).
     """
 
     def __init__(
@@ -32,6 +36,7 @@ class LLMAgent:
         self.max_retries = max_retries
         self.constrained = constrained
         self.usage = Usage()
+        self.last_reply: Completion | None = None
 
     @property
     def model(self) -> str:
@@ -42,13 +47,14 @@ class LLMAgent:
 
     async def act(self, observation: Observation) -> AgentAction:
         obs = Observation.from_env(observation)
+        self.last_reply = None
         if not obs.my_turn:
             return AgentAction(action_type=ActionType.none)
         schema = action_json_schema(obs.available_actions) if self.constrained else None
         messages = render_prompt(obs)
         said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
         problems = []
-        repeat: AgentAction | None = None
+        repeat: tuple[AgentAction, Completion] | None = None
         for attempt in range(1 + self.max_retries):
             settings = self.settings if attempt == 0 else self.settings.for_retry()
             request = settings.request(messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)))
@@ -66,10 +72,12 @@ class LLMAgent:
                 problems.append(f"action_type {action.action_type.value!r} is not available")
                 continue
             if action.argument.strip() in said:
-                repeat = action  # valid, just stale: kept if no retry does better
+                repeat = action, completion  # valid, just stale: kept if no retry does better
                 continue
+            self.last_reply = completion
             return action
         if repeat is not None:
-            return repeat
+            action, self.last_reply = repeat
+            return action
         self.usage.errors += 1
         return AgentAction.failed(f"{self.model}: no valid action after {len(problems)} attempts: {problems[-1]}")

@@ -144,16 +144,23 @@ class SchedulingPartner(KindPartner):
 
 
 class PersuasionPartner(KindPartner):
+    """Says the scenario's ``doubts`` (cue lines that hint at its concern) while the concern is open, says so when
+    the learner guessed another worry, and, once the learner has named too many other concerns, that it is not
+    being listened to (the rules: ``sotopia_env.verifiable``)."""
+
     LINES: ClassVar[dict[str, tuple[str, ...]]] = {
         "open": ("Hey, what's up?", "Oh, hi! What's on your mind?"),
         "accept": (
             "Okay, you've convinced me. I'll {request}.",
             "Alright, that settles it. Yes, I'll {request}.",
         ),
-        "doubt": (
+        "doubt": (  # only for facts built without doubts (the library requires them)
             "I don't know... I'm not comfortable with that yet.",
             "Something about it still bothers me, to be honest.",
-            "I'm not sure. It doesn't feel right to me yet.",
+        ),
+        "unheard": (
+            "You keep bringing up things I never mentioned. I don't think you're listening to me.",
+            "That's a lot of promises about everything under the sun. Are you even listening?",
         ),
         "reassured": (
             "Okay, that does ease my mind. So what exactly are you asking me?",
@@ -166,11 +173,19 @@ class PersuasionPartner(KindPartner):
         "goodbye": ("See you later!", "Alright, talk soon!"),
     }
 
+    OFF = ("That's not really what bothers me.", "No, that's not it.")  # before a doubt, after a wrong guess
+
     def say(self, move: Move, turn: int) -> AgentAction:
+        """A doubt is the scenario's next cue line (``doubts``, in turn), after a wrong guess (the learner named
+        another concern) prefixed with a line that says so."""
+        action = super().say(move, turn)
         doubts = self.facts.doubts
         if move.act == "doubt" and doubts:
-            return AgentAction(action_type=ActionType.speak, argument=doubts[(move.round - 1) % len(doubts)])
-        return super().say(move, turn)
+            action = AgentAction(action_type=ActionType.speak, argument=doubts[(move.round - 1) % len(doubts)])
+        if move.act == "doubt" and move.value == "off":
+            off = self.OFF[(self.variety + turn // 2) % len(self.OFF)]
+            action = AgentAction(action_type=ActionType.speak, argument=f"{off} {action.argument}")
+        return action
 
     def fields(self, move: Move) -> dict[str, str]:
         facts: PersuasionFacts = self.facts

@@ -1,21 +1,27 @@
-"""Episode RL: does GRPO on whole episodes make SmolLM2-135M better at the verifiable scenarios?
+"""Episode RL: does GRPO on whole episodes make SmolLM2-135M better at the verifiable scenarios than its BC start?
 
-    python benchmarks/episode_rl.py [--steps 10] [--group-size 8] [--max-turns 6] [--bc-epochs 4] [--json out.json]
+    python benchmarks/episode_rl.py --keep RUN [--rows base,bc,sr,grpo,grpo-lr0,grpo-dense] [--steps 8] [--k 4]
 
-1. Before: the embedded SmolLM2-135M-Instruct plays seat 1 of every held-out ``verifiable:test`` instance
-   against ``rule-partner`` (greedy, constrained actions, ``--max-turns`` turns); the ``verifiable`` judge
-   scores each episode exactly.
-2. BC warm-start (``--bc-epochs`` at ``--bc-lr``, 0 epochs to skip): ``sotopia_env.training.experts:VerifiableExpert``
-   plays every ``verifiable:train`` instance against the rule partner; its turns in the episodes it won become SFT
-   examples (the prompts ``LLMAgent`` sends, replayed by ``training.dataset``), and a LoRA is trained on them. The base
-   model scores 0 on every instance, so without it every GRPO group has equal rewards and no signal.
-3. GRPO on whole episodes (``training.episode_grpo``, task ``episodes``): ``--steps`` steps, each one group of
-   ``--group-size`` episodes from one ``verifiable:train`` start of ``--train-kinds`` (default bargaining and
-   scheduling: persuasion groups never hold a win), different sampling seeds, continuing the BC adapter.
-4. After each stage: the policy plays the same held-out instances the same way.
+Rows (each trained into ``RUN/<row>`` and evaluated into ``RUN/evals/<row>.json``; a rerun reuses what is there,
+so a run cut short resumes where it stopped):
 
-Reported before and after, with 95% t-intervals over episodes: mean verifiable goal (0-10), success rate,
-mean turns, and the share of the policy's turns that were invalid actions. Not a test: run it by hand.
+- ``base``: the embedded SmolLM2-135M-Instruct.
+- ``bc``: ``VerifiableExpert`` plays every ``verifiable:train`` instance against ``rule-partner``; its turns in the
+  episodes it won become SFT examples (the prompts ``LLMAgent`` sends), and a LoRA is trained on them.
+- ``sr``: BC + one SR round, the SOTOPIA-pi recipe: the BC policy plays every train instance ``--sr-samples``
+  times (sampled at ``--temperature``) against the rule partner; the episodes are filtered as the SR stage
+  filters them (the best episode per scenario, goal at least 1) and the BC adapter is trained further on them.
+- ``grpo``: episode GRPO (``training.episode_grpo``, its defaults: 4 groups of 4 episodes a step, kinds mixed,
+  dynamic sampling, batch-scaled advantages) for ``--steps`` steps, continuing the BC adapter.
+- ``grpo-lr0``: the same with learning rate 0: it plays and scores like ``grpo`` and changes no weight (the
+  control: its interval must cover 0).
+- ``grpo-dense``: ``grpo`` with ``dense_reward: 2`` (partial credit, success dominating).
+
+Evaluation: every ``verifiable:test`` instance against the rule partner, greedy (seed S) and ``--k`` episodes
+sampled at the training temperature (seeds S+1..S+k); the same instances and seeds for every row, so rows are
+compared paired. The table: mean goal and success per kind (sampled), the paired difference from BC in mean goal
+with a 95% paired bootstrap interval over instances (sampled, and greedy), the zero-variance group share and
+mean rollout-vs-train ``approx_kl`` of GRPO rows, each stage's wall time and peak RSS. Not a test: run it by hand.
 """
 
 from __future__ import annotations
@@ -23,210 +29,281 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+ROWS = ("base", "bc", "sr", "grpo", "grpo-lr0", "grpo-dense")
+EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 
-def evaluate(spec: str, max_turns: int, max_new_tokens: int, seed: int) -> dict:
-    """Every ``verifiable:test`` instance once, greedy, against the rule partner: per-episode figures."""
+
+def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
+    from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
+
+    return EpisodeGRPOConfig(
+        scenarios=scenarios, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
+        temperature=args.temperature, seed=args.seed, **kw,
+    )  # fmt: skip
+
+
+def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float) -> list:
+    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner."""
     from dataclasses import replace
 
     from sotopia_env.backends.local import LocalBackend
-    from sotopia_env.training.episode_grpo import make_rollout, play_many
-    from sotopia_env.training.grpo import GRPOStageConfig
+    from sotopia_env.training.episode_grpo import make_rollout
+    from sotopia_env.training.episode_rollouts import play_many
 
-    config = GRPOStageConfig(
-        task="episodes", scenarios="verifiable:test", max_turns=max_turns, max_completion_length=max_new_tokens,
-        seed=seed,
-    )  # fmt: skip
-    rollout = make_rollout(config, spec)
-    rollout.settings = replace(rollout.settings, temperature=0.0)
-    backend = LocalBackend.from_spec(spec, max_batch_size=len(rollout.setups))
-    episodes = asyncio.run(play_many(rollout, backend, [(s, seed) for s in rollout.setups], backend.tokenizer))
-    backend.close()
+    rollout = make_rollout(rollout_config(args, scenarios), spec)
+    rollout.settings = replace(rollout.settings, temperature=temperature)
+    starts = [(s, seed) for s in rollout.setups for seed in seeds]
+    backend = LocalBackend.from_spec(spec, max_batch_size=args.batch)
+    try:
+        return asyncio.run(play_many(rollout, backend, starts))
+    finally:
+        backend.close()
+
+
+def evaluate(spec: str, args: argparse.Namespace) -> list[dict]:
+    """The held-out episodes, one row each: instance, seed, greedy or not, kind, goal, success, turns, invalid."""
     rows = []
-    for e in episodes:
-        if e.log is None or e.log.rating is None or not e.log.rating.rated:
-            rows.append(None)
+    for greedy, seeds in ((True, [args.seed]), (False, [args.seed + 1 + i for i in range(args.k)])):
+        if not seeds:
             continue
-        learner = e.log.setup.agent_names[0]
-        mine = [t for t in e.log.turns if t.agent == learner]
-        rows.append(
-            {
-                "kind": e.log.setup.scenario.verifiable.kind,
-                "goal": e.log.rating.reward(learner, "goal"),
-                "success": float(bool(e.log.rating.ratings[learner].success)),
-                "turns": float(len(e.log.turns)),
-                "invalid": sum(t.action.error is not None for t in mine) / max(1, len(mine)),
-            }
-        )
-    return {"episodes": len(rows), "unrated": sum(r is None for r in rows), "rows": [r for r in rows if r]}
+        for e in play(spec, args, "verifiable:test", seeds, 0.0 if greedy else args.temperature):
+            if e.log is None or e.reward.value is None:
+                rows.append({"unrated": True, "greedy": greedy})
+                continue
+            learner = e.log.setup.agent_names[0]
+            mine = [t for t in e.log.turns if t.agent == learner]
+            rows.append(
+                {
+                    "instance": e.log.setup.scenario.id,
+                    "seed": e.log.seed,
+                    "greedy": greedy,
+                    "kind": e.log.setup.scenario.verifiable.kind,
+                    "goal": e.reward.value,
+                    "success": float(bool(e.reward.success)),
+                    "turns": len(e.log.turns),
+                    "invalid": sum(t.action.error is not None for t in mine) / max(1, len(mine)),
+                }
+            )
+    return rows
 
 
-def bc_warm_start(out: Path, max_turns: int, epochs: float, lr: float, seed: int):
-    """Expert demonstrations on the train instances, then a LoRA SFT on them: the ``TrainResult`` and the
-    number of demonstration episodes kept."""
+# -- the stages -----------------------------------------------------------------------------------------------------
+
+
+def train_bc(out: Path, args: argparse.Namespace) -> dict:
+    """Expert demonstrations on the train instances, then a LoRA SFT on the won ones."""
     from sotopia_env.agents.rule_partners import RulePartner
-    from sotopia_env.env import EnvConfig
-    from sotopia_env.episodes.runner import play
+    from sotopia_env.episodes.runner import play as play_episode
     from sotopia_env.training.dataset import build_dataset, min_goal, played_by
     from sotopia_env.training.episode_grpo import make_rollout
     from sotopia_env.training.experts import VerifiableExpert
-    from sotopia_env.training.grpo import GRPOStageConfig
     from sotopia_env.training.trainer import TrainConfig, train
     from sotopia_env.verifiable import VerifiableJudge
 
-    expert = "sotopia_env.training.experts:VerifiableExpert"
-    setups = make_rollout(GRPOStageConfig(task="episodes", scenarios="verifiable:train", seed=seed), expert).setups
-    env = EnvConfig(max_turns=max_turns)
+    rollout = make_rollout(rollout_config(args, "verifiable:train"), EXPERT)
 
     async def demonstrations():
         return await asyncio.gather(
             *(
-                play(
-                    s, [VerifiableExpert(), RulePartner()], VerifiableJudge(), env, [expert, "rule-partner"], seed=seed
-                )
-                for s in setups
+                play_episode(
+                    s,
+                    [VerifiableExpert(), RulePartner()],
+                    VerifiableJudge(),
+                    rollout.env,
+                    [EXPERT, "rule-partner"],
+                    seed=args.seed,
+                )  # fmt: skip
+                for s in rollout.setups
             )
         )
 
     logs = asyncio.run(demonstrations())
-    dataset, stats = build_dataset(logs, [played_by(expert), min_goal(1)])
+    dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)])
     config = TrainConfig(
-        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=lr,
-        num_epochs=epochs, batch_size=8, max_length=1024, save_steps=1000, seed=seed, progress=False,
+        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
+        num_epochs=args.bc_epochs, batch_size=8, max_length=1024, save_steps=1000, seed=args.seed, progress=False,
     )  # fmt: skip
-    return train(dataset, config), stats.samples_kept, len(logs)
+    result = train(dataset, config)
+    won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
+    return {"note": f"{result.examples} turns of {won} won expert episodes (of {len(logs)}), {result.steps} steps"}
 
 
-def train_starts(kinds: str) -> str:
-    """The GRPO groups' scenarios: ``verifiable:train``, or the ids of its instances of ``kinds`` (comma list)."""
-    from sotopia_env.library import load_library
+def train_sr(out: Path, bc: Path, args: argparse.Namespace) -> dict:
+    """One SR round from the BC policy: its own sampled episodes on the train instances, filtered as the SR
+    stage filters (best per scenario and seat, goal at least 1), trained on from the BC adapter."""
+    from sotopia_env.model_ref import read_model_ref
+    from sotopia_env.training.dataset import build_dataset, min_goal, top1_per_scenario_role
+    from sotopia_env.training.trainer import TrainConfig, train
 
-    if kinds == "all":
-        return "verifiable:train"
-    wanted = {k.strip() for k in kinds.split(",") if k.strip()}
-    chosen = [s.id for s in load_library().select("verifiable:train") if s.verifiable.kind in wanted]
-    if not chosen:
-        raise SystemExit(f"--train-kinds {kinds!r}: no verifiable:train instance of those kinds")
-    return ",".join(sorted(chosen))
-
-
-def bc_stage(steps: int) -> str:
-    """The BC row's name; ``--evals-from`` finds an earlier run's BC row by it."""
-    return f"+ BC warm-start ({steps} SFT steps)"
-
-
-def cell(rows: list[dict], key: str, scale: float = 1.0) -> str:
-    from sotopia_env.episodes.report import t_interval
-
-    c = t_interval([r[key] * scale for r in rows])
-    return f"{c.mean:.2f} [{c.low:.2f}, {c.high:.2f}]"
+    seeds = [args.seed + 100 + i for i in range(args.sr_samples)]
+    episodes = play(str(bc), args, "verifiable:train", seeds, args.temperature)
+    logs = [e.log for e in episodes if e.log is not None]
+    learner_seat = lambda samples: [s for s in samples if s.seat == 0]  # noqa: E731  (not the rule partner's)
+    dataset, _ = build_dataset(logs, [learner_seat, top1_per_scenario_role, min_goal(1)])
+    if len(dataset) == 0:
+        return {"note": "no self-play episode passed the filters: the SR policy is the BC policy", "same_as": "bc"}
+    base, adapter = read_model_ref(str(bc))
+    config = TrainConfig(
+        base_model=base, init_adapter=adapter, output_dir=str(out), learning_rate=args.bc_lr / 2, num_epochs=2,
+        batch_size=8, max_length=1024, save_steps=1000, seed=args.seed, progress=False,
+    )  # fmt: skip
+    result = train(dataset, config)
+    return {"note": f"{result.examples} turns of {len(logs)} self-play episodes, {result.steps} steps"}
 
 
-def by_kind(rows: list[dict]) -> str:
-    """Mean goal per scenario kind ("-" for rows from before ``kind`` was recorded)."""
-    goals: dict[str, list[float]] = {}
+def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> dict:
+    from sotopia_env.training.episode_grpo import train_episode_grpo
+
+    config = rollout_config(
+        args, args.train_scenarios, max_steps=args.steps, learning_rate=args.lr, output_dir=str(out),
+        save_steps=1, progress=False, **overrides,
+    ).starting_from(str(bc))  # fmt: skip
+    result = train_episode_grpo(config)
+    log = result.log
+    return {
+        "note": f"{result.steps} steps, train rewards {[None if r is None else round(r, 2) for r in result.rewards]}",
+        "zero_std_share": result.zero_std_share,
+        "approx_kl": statistics.fmean(row["approx_kl"] for row in log) if log else None,
+        "clipped": statistics.fmean(row["clipped"] for row in log) if log else None,
+        "skipped_starts": sum(row["skipped_starts"] for row in log),
+        "log": log,
+    }
+
+
+# -- the table ------------------------------------------------------------------------------------------------------
+
+
+def paired_interval(rows: list[dict], bc: list[dict], greedy: bool, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of (row - BC) goal per instance (over its seeds, paired by seed), and a 95% bootstrap interval over
+    instances (2,000 resamples)."""
+
+    def per_instance(data: list[dict]) -> dict[tuple[str, int], float]:
+        return {(r["instance"], r["seed"]): r["goal"] for r in data if "goal" in r and r["greedy"] == greedy}
+
+    mine, base = per_instance(rows), per_instance(bc)
+    diffs: dict[str, list[float]] = {}
+    for key in mine.keys() & base.keys():
+        diffs.setdefault(key[0], []).append(mine[key] - base[key])
+    values = [statistics.fmean(d) for d in diffs.values()]
+    if not values:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(2000))
+    return statistics.fmean(values), means[49], means[1949]
+
+
+def kind_cells(rows: list[dict]) -> str:
+    """Mean goal / success rate per kind, over the sampled episodes (the greedy ones when there are none)."""
+    sampled = any("goal" in r and not r["greedy"] for r in rows)
+    by_kind: dict[str, list[dict]] = {}
     for r in rows:
-        if "kind" in r:
-            goals.setdefault(r["kind"], []).append(r["goal"])
-    return ", ".join(f"{k} {sum(g) / len(g):.2f}" for k, g in sorted(goals.items())) or "-"
+        if "goal" in r and r["greedy"] != sampled:
+            by_kind.setdefault(r["kind"], []).append(r)
+    return "; ".join(
+        f"{kind} {statistics.fmean(r['goal'] for r in rs):.2f} / {statistics.fmean(r['success'] for r in rs):.2f}"
+        for kind, rs in sorted(by_kind.items())
+    )
+
+
+def print_table(evals: dict[str, list[dict]], stages: dict[str, dict], args: argparse.Namespace) -> None:
+    from _common import machine_line
+
+    print(f"## Episode RL on verifiable:test: 1 greedy + {args.k} sampled episodes per instance, paired\n")
+    print(
+        "| row | goal, greedy | goal, sampled | goal / success per kind | vs BC, sampled [95% paired] | "
+        "vs BC, greedy [95%] | zero-var groups | approx_kl | stage time | peak RSS |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, rows in evals.items():
+        means = []
+        for greedy in (True, False):
+            goals = [r["goal"] for r in rows if "goal" in r and r["greedy"] == greedy]
+            means.append(f"{statistics.fmean(goals):.2f}" if goals else "-")
+        stage = stages.get(name, {})
+        diff = ["-", "-"]
+        if "bc" in evals and name != "bc":
+            for i, greedy in enumerate((False, True)):
+                mean, low, high = paired_interval(rows, evals["bc"], greedy)
+                diff[i] = "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"
+        zero = stage.get("zero_std_share")
+        kl = stage.get("approx_kl")
+        print(
+            f"| {name} | {means[0]} | {means[1]} | {kind_cells(rows)} | {diff[0]} | {diff[1]} | "
+            f"{'-' if zero is None else f'{zero:.2f}'} | {'-' if kl is None else f'{kl:.5f}'} | "
+            f"{stage.get('seconds', 0):.0f} s | {stage.get('peak_rss_mb', 0):.0f} MiB |"
+        )
+    print()
+    for name, stage in stages.items():
+        if stage.get("note"):
+            print(f"- {name}: {stage['note']}")
+    print(
+        f"\nSettings: {args.steps} GRPO steps at lr {args.lr}, temperature {args.temperature}, max {args.max_turns} "
+        f"turns, {args.max_new_tokens} tokens a turn, starts {args.train_scenarios}; {machine_line()}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--keep", type=Path, required=True, help="the run folder (stages and evaluations are kept)")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma list of {', '.join(ROWS)}")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--k", type=int, default=4, help="sampled evaluation episodes per instance (0: greedy only)")
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the GRPO rollouts")
-    parser.add_argument("--bc-epochs", type=float, default=4.0, help="BC warm-start epochs (0: no warm-start)")
-    parser.add_argument("--bc-lr", type=float, default=1e-3, help="BC warm-start learning rate (linear decay)")
-    parser.add_argument(
-        "--train-kinds", default="bargaining,scheduling",
-        help="the kinds whose verifiable:train instances start the GRPO groups (all: every kind)",
-    )  # fmt: skip
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--bc-epochs", type=float, default=4.0)
+    parser.add_argument("--bc-lr", type=float, default=1e-3)
+    parser.add_argument("--sr-samples", type=int, default=2, help="SR self-play episodes per train instance")
+    parser.add_argument("--train-scenarios", default="verifiable:train")
+    parser.add_argument("--batch", type=int, default=32, help="the local backend's batch size")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--keep", type=Path, help="train into this folder (kept; reruns resume)")
-    parser.add_argument(
-        "--bc-from", type=Path, help="a BC warm-start folder an earlier run trained (--keep DIR: DIR/bc): GRPO only"
-    )
-    parser.add_argument(
-        "--evals-from", type=Path,
-        help="that run's --json: its base and BC rows are reused (greedy, same seed: the same episodes)",
-    )  # fmt: skip
     args = parser.parse_args()
     import torch
 
+    from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
+
     torch.set_num_threads(args.threads)
-    from sotopia_env.training.grpo import GRPOStageConfig, train_grpo
-
-    t0 = time.perf_counter()
-    earlier = json.loads(args.evals_from.read_text()) if args.evals_from else {}
-    before = earlier.get("base") or evaluate("smollm2-135m", args.max_turns, args.max_new_tokens, args.seed)
-    t_before = time.perf_counter() - t0
-    print(f"before ({t_before:.0f} s): {json.dumps(before['rows'])}", file=sys.stderr, flush=True)
-    stages = [("base", before)]
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.keep or Path(tmp)
-        policy, t_bc, bc_note = "smollm2-135m", 0.0, "no BC warm-start"
-        if args.bc_from:
-            bc = json.loads((args.bc_from / "train_result.json").read_text())
-            policy, t_bc = str(args.bc_from), bc["seconds"]
-            bc_note = f"BC warm-start from {args.bc_from} (an earlier run): {bc['steps']} SFT steps, {t_bc:.0f} s then"
-            name = bc_stage(bc["steps"])
-            stages.append((name, earlier.get(name) or evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)))
-        elif args.bc_epochs > 0:
-            t1 = time.perf_counter()
-            bc, kept, played = bc_warm_start(work / "bc", args.max_turns, args.bc_epochs, args.bc_lr, args.seed)
-            t_bc = time.perf_counter() - t1
-            policy = bc.model_dir
-            bc_note = (
-                f"BC warm-start: {bc.examples} turns of {kept} won expert episodes (of {played}), "
-                f"{bc.steps} SFT steps, {t_bc:.0f} s"
-            )
-            after_bc = evaluate(policy, args.max_turns, args.max_new_tokens, args.seed)
-            print(f"after BC: {json.dumps(after_bc['rows'])}", file=sys.stderr, flush=True)
-            stages.append((bc_stage(bc.steps), after_bc))
-        config = GRPOStageConfig(
-            task="episodes", base_model="smollm2-135m", max_steps=args.steps, scenarios=train_starts(args.train_kinds),
-            group_size=args.group_size, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
-            learning_rate=args.lr, beta=0.0, temperature=args.temperature, batch_size=4, progress=False,
-            seed=args.seed, save_steps=1, output_dir=str(work / "rl"),
-        ).starting_from(policy)  # fmt: skip
-        t1 = time.perf_counter()
-        result = train_grpo(config)
-        t_train = time.perf_counter() - t1
-        after = evaluate(result.model_dir, args.max_turns, args.max_new_tokens, args.seed)
-        stages.append((f"+ episode GRPO, {result.steps} steps", after))
-    total = time.perf_counter() - t0
-    from _common import machine_line
-
-    print(f"## Episode GRPO, SmolLM2-135M vs rule-partner, verifiable:test ({before['episodes']} instances)\n")
-    print("| policy | mean goal (0-10) | success rate | mean turns | invalid-action share | unrated |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, run in stages:
-        rows = run["rows"]
-        print(
-            f"| {name} | {cell(rows, 'goal')} | {cell(rows, 'success')} | {cell(rows, 'turns')} | "
-            f"{cell(rows, 'invalid')} | {run['unrated']} |"
-        )
-    print("\nMean goal per kind: " + "; ".join(f"{name}: {by_kind(run['rows'])}" for name, run in stages))
-    print(
-        f"\n{bc_note}; GRPO: {result.steps} steps x {args.group_size} episodes ({args.max_turns} turns max, "
-        f"temperature {args.temperature}, lr {args.lr}, starts: {args.train_kinds} train instances), "
-        f"train rewards per step {[None if r is None else round(r, 2) for r in result.rewards]}, "
-        f"{result.unscorable_batches} groups without signal, {result.none_rewards} unrated episodes; "
-        f"eval before {t_before:.0f} s, GRPO training {t_train:.0f} s; training (BC + GRPO) {t_bc + t_train:.0f} s; "
-        f"total {total:.0f} s; {machine_line()}"
-    )
-    if args.json:
-        args.json.write_text(json.dumps({name: run for name, run in stages} | {"train": result.log}, indent=2))
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    if unknown := set(rows) - set(ROWS):
+        raise SystemExit(f"--rows: unknown {sorted(unknown)}; choose from {', '.join(ROWS)}")
+    run = args.keep
+    (run / "evals").mkdir(parents=True, exist_ok=True)
+    stages_file = run / "stages.json"
+    stages: dict[str, dict] = json.loads(stages_file.read_text()) if stages_file.is_file() else {}
+    trainers = {
+        "bc": lambda: train_bc(run / "bc", args),
+        "sr": lambda: train_sr(run / "sr", run / "bc", args),
+        "grpo": lambda: train_grpo(run / "grpo", run / "bc", args),
+        "grpo-lr0": lambda: train_grpo(run / "grpo-lr0", run / "bc", args, learning_rate=0.0),
+        "grpo-dense": lambda: train_grpo(run / "grpo-dense", run / "bc", args, dense_reward=2.0),
+    }
+    evals: dict[str, list[dict]] = {}
+    for name in rows:
+        if name != "base" and name not in stages:
+            if name != "bc" and "bc" not in stages:
+                raise SystemExit(f"row {name!r} starts from BC: run the bc row first (--rows bc,{name})")
+            reset_peak_rss()
+            t0 = time.perf_counter()
+            stages[name] = trainers[name]()
+            stages[name].update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
+            stages_file.write_text(json.dumps(stages, indent=2))
+            print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+        cached = run / "evals" / f"{name}.json"
+        if not cached.is_file():
+            spec = "smollm2-135m" if name == "base" else str(run / stages[name].get("same_as", name))
+            t0 = time.perf_counter()
+            cached.write_text(json.dumps(evaluate(spec, args), indent=2))
+            print(f"{name}: evaluated in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        evals[name] = json.loads(cached.read_text())
+    print_table(evals, stages, args)
 
 
 if __name__ == "__main__":

@@ -121,14 +121,14 @@ def grpo(
     Resumes from the last checkpoint in OUTPUT_DIR/checkpoints; OUTPUT_DIR becomes a model spec."""
     import dataclasses
 
-    from sotopia_env.training.config import load_grpo_config
-    from sotopia_env.training.grpo import train_grpo
+    from sotopia_env.training.config import load_rl_config
+    from sotopia_env.training.rl_stage import train_rl
 
     with _errors():
-        cfg = load_grpo_config(config)
+        cfg = load_rl_config(config)
         if quiet:
             cfg = dataclasses.replace(cfg, progress=False)
-        result = train_grpo(cfg)
+        result = train_rl(cfg)
     line = f"[bold]grpo[/] ({result.dataset()}): {result.model_dir}"
     line += _train_line(dataclasses.asdict(result))
     line += f"\n  {result.none_note()}"
@@ -146,7 +146,7 @@ def evaluate(
 ) -> None:
     """Evaluate finished stages against the fixed partner on held-out scenarios; print every stage in one table."""
     from sotopia_env.training.config import load_config
-    from sotopia_env.training.pipeline import trained_stages
+    from sotopia_env.training.stages import trained_stages
 
     with _errors():
         stages = stage or trained_stages(load_config(config))

@@ -7,10 +7,11 @@ built-in library (``sotopia_env/data``) is YAML that loads into these models.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class Relationship(IntEnum):
@@ -157,15 +158,57 @@ class SchedulingFacts(_Strict):
         return self
 
 
+def concern_hits(text: str, words: Sequence[str]) -> list[str]:
+    """The ``words`` that occur in ``text`` at the start of a word (case-insensitive, spaces normalised):
+    ``insur`` occurs in "insurance", ``pay you back`` in "I'll pay you back", ``list`` not in "a playlist"."""
+    flat = flat_text(text)
+    return [w for w in words if re.search(rf"\b{re.escape(flat_text(w))}", flat)]
+
+
+def flat_text(text: str) -> str:
+    """Lower case, curly apostrophes straightened, runs of white space as one space."""
+    return " ".join(text.lower().replace("\u2019", "'").split())
+
+
 class PersuasionFacts(_Strict):
     """A request: the partner agrees to ``request`` only once the learner's speech has addressed its hidden
-    ``concern`` (any of these words, matched at the start of a word) and the learner then asks."""
+    ``concern`` (any of these words, matched at the start of a word) and the learner then asks.
+
+    ``doubts`` are what the partner says while the concern is open, in turn: at least two, each a cue to the
+    concern as a real objection is ("I really need to be able to see outside" for a window seat), never naming
+    it (no concern word in a doubt: a learner must infer the concern, not echo it). The rules that stop a
+    learner from naming every concern at once are in ``sotopia_env.verifiable``.
+    """
 
     kind: Literal["persuasion"] = "persuasion"
     request: str = Field(min_length=1)  # as the partner says it: "lend you my car"
     concern: list[str] = Field(min_length=1)  # hidden
-    doubts: list[str] = Field(default_factory=list)  # what the partner says while the concern is open
+    doubts: list[str] = Field(min_length=2)  # cues to the concern, said in turn while it is open
     max_rounds: int = Field(default=5, ge=1)
+
+    @field_validator("concern")
+    @classmethod
+    def _concern(cls, words: list[str]) -> list[str]:
+        flat = [flat_text(w) for w in words]
+        if any(not w or not re.match(r"\w", w) for w in flat):
+            raise ValueError("concern words must be non-empty and start with a letter or digit")
+        if len(set(flat)) != len(flat):
+            raise ValueError("concern words must be distinct")
+        return words
+
+    @field_validator("doubts")
+    @classmethod
+    def _doubts(cls, doubts: list[str], info: ValidationInfo) -> list[str]:
+        concern = info.data.get("concern") or []
+        for i, doubt in enumerate(doubts):
+            if not doubt.strip():
+                raise ValueError(f"doubt {i} is empty")
+            named = concern_hits(doubt, concern)
+            if named:
+                raise ValueError(
+                    f"doubt {i} names the concern ({named[0]!r}); a doubt hints at the concern, never names it"
+                )
+        return doubts
 
 
 VerifiableFacts = Annotated[BargainingFacts | SchedulingFacts | PersuasionFacts, Field(discriminator="kind")]

@@ -16,10 +16,31 @@ The rules, per partner turn, on the learner's latest action since the partner's 
   ``slots``). A slot the partner can do is agreed; otherwise the partner declines and names the next of its
   slots it has not named yet. No slot named (or no speech): the partner names its next slot. Several slots: the
   partner asks for one.
-- persuasion: the concern is addressed once any learner speech contains a concern word at the start of a word
-  (``insur`` matches "insurance"). The partner agrees when the concern has been addressed (in that speech or
-  earlier) and that speech asks: it has a question mark or a request phrase (``ASK_CUES``). Otherwise it
-  raises a doubt (or, once reassured, waits for the question).
+- persuasion: a speech *names* a word when one of its words starts with it (``insur``: "insurance"; case and
+  spacing ignored). A learner speech *addresses* the partner's concern when (1) it names a word of the concern,
+  (2) it holds at most ``MAX_CONCERN_WORDS`` (5) concern words in all (distinct words of the speech at which a
+  word of any shipped concern, or of this one, begins), and (3) the learner's speeches so far, this one included,
+  have named at most ``MAX_FOREIGN`` (2) *other* concerns of the library. The library's concerns
+  (``library_concerns()``) are those of the shipped persuasion scenarios, every split; a speech names another
+  concern by one of that concern's words that is not one of this concern's, found once every word that starts
+  with one of this concern's words is blanked. (A scenario of your own is judged against the shipped concerns
+  and its own; adding a shipped persuasion scenario changes the vocabulary, so compare scores under one library
+  version.) Past ``MAX_FOREIGN`` the partner stops listening for the rest of
+  the conversation: nothing addresses its concern any more, an address made earlier included. The partner agrees
+  when the concern has been addressed (in that speech or earlier) and that speech asks: it has a question mark or
+  a request phrase (``ASK_CUES``). Otherwise it says its next doubt (after "that's not it" when the speech named
+  other concerns but not its own), or, once reassured, waits for the question, or, past ``MAX_FOREIGN``, says
+  the learner is not listening. The doubts are the scenario's cue lines: they hint at the concern and never name
+  it (checked on load), so a learner wins by hearing the worry in them and answering it.
+
+What the rules stand against, by design and in ``tests/test_verifiable.py``: a line that asks and names every
+concern word of the library, or the same words spread over several turns, wins no persuasion instance; guessing
+one concern per turn gets at most ``MAX_FOREIGN + 1`` guesses per conversation. Several numbers or slots in one
+speech are no offer; a huge offer or the partner's own asking price is a deal over budget (0); offers or slots
+spread over turns use up rounds and score only by the learner's own budget and slots. What they do not stand
+against: words are matched, not understood ("I won't go near your window" names the window), and the bargaining
+partner's concessions are a fixed schedule, so its first counter gives its reservation away (to within rounding)
+to a learner that does the arithmetic: the partner tells it, and the score stays capped at the reservation.
 
 Every kind: each reply that does not agree uses up a round; the reply to the ``max_rounds``-th learner action
 without agreement is the partner leaving. After agreeing, the partner's next turn is a goodbye (it leaves). A
@@ -48,6 +69,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 from sotopia_env.actions import ActionType, AgentAction
@@ -61,7 +83,14 @@ from sotopia_env.evaluation import (
     EpisodeRating,
     SyncFromAsync,
 )
-from sotopia_env.profiles import BargainingFacts, PersuasionFacts, Scenario, SchedulingFacts
+from sotopia_env.profiles import (
+    BargainingFacts,
+    PersuasionFacts,
+    Scenario,
+    SchedulingFacts,
+    concern_hits,
+    flat_text,
+)
 
 LEARNER_SEAT, PARTNER_SEAT = 0, 1
 ASK_CUES = ("?", "please", "would you", "could you", "can you", "will you", "may i", "can i", "let me")
@@ -99,7 +128,8 @@ def require_verifiable(scenarios: Iterable[Scenario], who: str) -> None:
 class Move:
     """What the partner does on one turn: ``act`` names it, ``value`` is a price or slot where there is one."""
 
-    act: str  # open none accept counter ask_price ask_one decline propose no_more doubt reassured leave goodbye
+    act: str  # open none accept counter ask_price ask_one decline propose no_more doubt reassured unheard leave
+    # goodbye
     value: str | int | float | None = None
     round: int = 0  # the rounds used so far, this move's included
 
@@ -112,6 +142,7 @@ class Talk:
     deal: str | int | float | None = None  # the agreed price or slot, "yes" for persuasion
     closed: bool = False  # the partner left
     addressed: bool = False
+    foreign: list[tuple[str, ...]] = field(default_factory=list)  # persuasion: other concerns named so far
     named: list[str] = field(default_factory=list)  # scheduling: the slots the partner has named
     moves: list[Move] = field(default_factory=list)
 
@@ -227,9 +258,108 @@ class SchedulingRules:
         return Outcome(True, fits, 10 if fits else 0, 10, f"agreed on {talk.deal} for {facts.event}, {why}")
 
 
+MAX_FOREIGN = 2  # the library's other concerns a conversation may name before the partner stops listening
+MAX_CONCERN_WORDS = 5  # the concern words one speech may hold and still address the concern
+
+
+@lru_cache(maxsize=1)
+def library_concerns() -> tuple[tuple[str, ...], ...]:
+    """The concerns of the shipped persuasion scenarios (``sotopia_env/data``, every split), each as its sorted
+    words (lower case): the vocabulary that tells a speech that names other concerns from one that listened."""
+    from sotopia_env.library import load_library  # the library imports profiles, never this module
+
+    found = {
+        tuple(sorted({flat_text(w) for w in s.verifiable.concern}))
+        for s in load_library().scenarios.values()
+        if isinstance(s.verifiable, PersuasionFacts)
+    }
+    return tuple(sorted(found))
+
+
+_WORD = re.compile(r"[\w']*")
+
+
+def _any(words: Iterable[str], lookahead: bool = False) -> re.Pattern[str] | None:
+    """``\\b`` then any of ``words`` (longest first); zero-width with ``lookahead``, to find every start."""
+    alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    if not alternatives:
+        return None
+    return re.compile(rf"\b(?=(?:{alternatives}))" if lookahead else rf"\b(?:{alternatives})")
+
+
+@lru_cache(maxsize=4096)
+def _starts(word: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(flat_text(word))}")
+
+
+@dataclass(frozen=True)
+class _Ear:
+    """The compiled patterns that hear speech for one concern (its words, flattened)."""
+
+    blank: re.Pattern[str] | None  # a word that starts with one of the concern's words, to the word's end
+    foreign: dict[str, tuple[tuple[str, ...], ...]]  # each other concern's words, but this concern's: their concerns
+    scan: re.Pattern[str] | None  # every place where one of ``foreign``'s words begins
+    starts: re.Pattern[str] | None  # every place where a concern word of the library or of this concern begins
+
+
+@lru_cache(maxsize=256)
+def _ear(mine: frozenset[str]) -> _Ear:
+    blank = _any(mine)
+    blank = re.compile(blank.pattern + r"[\w']*") if blank is not None else None
+    foreign: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for concern in library_concerns():
+        if set(concern) != mine:
+            for word in concern:
+                if word not in mine:
+                    foreign[word] = (*foreign.get(word, ()), concern)
+    everything = mine.union(*library_concerns())
+    return _Ear(blank, foreign, _any(foreign, lookahead=True), _any(everything, lookahead=True))
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What one learner speech says to the persuasion partner (``hear``)."""
+
+    own: tuple[str, ...]  # the words of the partner's concern it names
+    foreign: tuple[tuple[str, ...], ...]  # the library's other concerns it names
+    words: int  # its concern words: distinct words of the speech at which a concern word of the library (or of
+    # this concern) begins
+
+    def addresses(self) -> bool:
+        """Whether this speech, on its own, addresses the concern (the conversation's count of foreign concerns
+        aside): it names the concern and holds at most ``MAX_CONCERN_WORDS`` concern words."""
+        return bool(self.own) and self.words <= MAX_CONCERN_WORDS
+
+
+def hear(text: str, concern: Sequence[str]) -> Heard:
+    """Which concerns ``text`` names. A concern word is named when a word of the text starts with it
+    (``insur``: "insurance"). A library concern other than this one is named by one of its words that is not
+    a word of this concern, found in the text once every word that starts with a word of this concern is blanked
+    (so "charged", for a concern with the word ``charged``, does not also name another concern's ``charge``)."""
+    return _hear(text, tuple(concern))
+
+
+@lru_cache(maxsize=4096)
+def _hear(text: str, concern: tuple[str, ...]) -> Heard:
+    flat = flat_text(text)
+    ear = _ear(frozenset(flat_text(w) for w in concern))
+    own = tuple(w for w in concern if _starts(w).search(flat))
+    rest = ear.blank.sub(" ", flat) if ear.blank is not None else flat
+    named: set[tuple[str, ...]] = set()
+    for match in ear.scan.finditer(rest) if ear.scan is not None else ():
+        named.update(
+            c for word, concerns in ear.foreign.items() if rest.startswith(word, match.start()) for c in concerns
+        )
+    foreign = tuple(c for c in library_concerns() if c in named)
+    starts = ear.starts.finditer(flat) if ear.starts is not None else ()
+    words = {_WORD.match(flat, m.start()).group() for m in starts}  # type: ignore[union-attr]
+    return Heard(own, foreign, len(words))
+
+
 def addresses(text: str, concern: Sequence[str]) -> bool:
-    """Whether ``text`` has a word that starts with one of the ``concern`` words (case-insensitive)."""
-    return any(re.search(rf"\b{re.escape(word.lower())}", text.lower()) for word in concern)
+    """Whether ``text`` has a word that starts with one of the ``concern`` words (case-insensitive); whether it
+    *addresses* the concern also depends on what else it names (``hear``, ``PersuasionRules``)."""
+    return bool(concern_hits(text, concern))
 
 
 def asks(text: str) -> bool:
@@ -240,19 +370,35 @@ def asks(text: str) -> bool:
 class PersuasionRules:
     def respond(self, facts: PersuasionFacts, talk: Talk, action: AgentAction) -> Move:
         speech = _spoken(action)
-        if speech is not None and addresses(speech, facts.concern):
-            talk.addressed = True
+        off = False  # this speech named other concerns and not this one: a wrong guess
+        if speech is not None:
+            heard = hear(speech, facts.concern)
+            talk.foreign += [c for c in heard.foreign if c not in talk.foreign]
+            off = bool(heard.foreign) and not heard.own
+            if len(talk.foreign) > MAX_FOREIGN:
+                talk.addressed = False  # it stopped listening, and an earlier address no longer counts
+            elif heard.addresses():
+                talk.addressed = True
+        deaf = len(talk.foreign) > MAX_FOREIGN
         if talk.addressed and speech is not None and asks(speech):
             talk.deal = "yes"
             return Move("accept", None, talk.rounds)
         talk.rounds += 1
         if talk.rounds >= facts.max_rounds:
             return Move("leave", None, talk.rounds)
-        return Move("reassured" if talk.addressed else "doubt", None, talk.rounds)
+        if deaf:
+            return Move("unheard", None, talk.rounds)
+        if talk.addressed:
+            return Move("reassured", None, talk.rounds)
+        return Move("doubt", "off" if off else None, talk.rounds)
 
     def outcome(self, facts: PersuasionFacts, talk: Talk) -> Outcome:
         if talk.deal is None:
-            left = "addressed but never asked" if talk.addressed else "never addressed"
+            if len(talk.foreign) > MAX_FOREIGN:
+                named = ", ".join(c[0] for c in talk.foreign)
+                left = f"never addressed: the learner named {len(talk.foreign)} other concerns ({named}...)"
+            else:
+                left = "addressed but never asked" if talk.addressed else "never addressed"
             return Outcome(False, False, 0, 0, f"the partner did not agree ({facts.request}): its concern was {left}")
         return Outcome(True, True, 10, 10, f"the partner agreed ({facts.request}) once its concern was addressed")
 

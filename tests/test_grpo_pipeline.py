@@ -88,7 +88,7 @@ def test_example_configs_with_rl():
     assert gpu.rl.temperature == 0.9
     assert (gpu.train.lora_r, gpu.train.lora_alpha, gpu.train.learning_rate) == (8, 32, 5e-5)
     assert plan(gpu)[-2:] == ["rl", "eval-rl"]
-    from sotopia_env.training.config import load_grpo_config
+    from sotopia_env.training.config import load_rl_config
 
-    cpu = load_grpo_config(ROOT / "examples" / "grpo-socialiqa-cpu.yaml")
+    cpu = load_rl_config(ROOT / "examples" / "grpo-socialiqa-cpu.yaml")
     assert cpu.task == "socialiqa" and Path(ROOT / cpu.data).is_file()

@@ -15,7 +15,18 @@ from sotopia_env.evaluation import EpisodeContext, aevaluate_safely
 from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.profiles import BargainingFacts, PersuasionFacts, SchedulingFacts
 from sotopia_env.transcript import Turn
-from sotopia_env.verifiable import NotVerifiable, VerifiableJudge, addresses, numbers_in, slots_in
+from sotopia_env.verifiable import (
+    MAX_CONCERN_WORDS,
+    MAX_FOREIGN,
+    NotVerifiable,
+    VerifiableJudge,
+    addresses,
+    hear,
+    library_concerns,
+    numbers_in,
+    outcome_after,
+    slots_in,
+)
 
 BIKE = "verifiable-bargaining-bike"  # asking 450, budget 400, reservation 320, 4 rounds
 
@@ -50,11 +61,39 @@ def _goal(log, seat: int = 0) -> tuple[int, bool]:
 # -- the family in the library ---------------------------------------------------------------------
 
 
-def test_verifiable_expert_wins_bargaining_and_scheduling_and_never_reads_the_hidden_concern(library):
+class _Recorder:
+    """Wraps an agent and keeps every (observation, action) it saw and gave."""
+
+    def __init__(self, agent) -> None:
+        self.agent, self.seen = agent, []
+
+    def reset(self, setup=None, seat=None) -> None:
+        self.agent.reset(setup=setup, seat=seat)
+
+    async def act(self, observation):
+        action = await self.agent.act(observation)
+        self.seen.append((observation, action))
+        return action
+
+
+def _scrambled(setup: EpisodeSetup) -> EpisodeSetup:
+    """The same episode with other hidden facts (what seat 1 is shown unchanged)."""
+    facts = setup.scenario.verifiable
+    if facts.kind == "bargaining":
+        hidden = facts.model_copy(update={"reservation": 1, "asking_price": 2, "item": "x"})
+    elif facts.kind == "scheduling":
+        hidden = facts.model_copy(update={"partner_slots": facts.slots[:1], "event": "x"})
+    else:
+        hidden = facts.model_copy(update={"concern": ["zzz"], "doubts": ["x", "y"], "request": "x"})
+    return setup.model_copy(update={"scenario": setup.scenario.model_copy(update={"verifiable": hidden})})
+
+
+def test_verifiable_expert_wins_every_kind_by_listening_and_never_reads_the_hidden_facts(library):
     """The BC warm-start's demonstrator (``training.experts.VerifiableExpert``, used by
-    ``benchmarks/episode_rl.py``): one number or one slot per line, a deal inside the episode length the
-    benchmark trains at, then a thank-you, never a leave. In persuasion it knows only the partner's doubts,
-    which hint at the concern without naming it, so it never wins there (the BC filter drops those)."""
+    ``benchmarks/episode_rl.py``) on every train instance: one number or one slot per line, a deal inside the
+    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it hears the worry in
+    the partner's doubts and answers that one worry, never naming another or listing words. It acts on what seat 1
+    is shown: with other hidden facts, the same observations give the same words."""
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import sample_setups
     from sotopia_env.training.experts import VerifiableExpert
@@ -62,14 +101,22 @@ def test_verifiable_expert_wins_bargaining_and_scheduling_and_never_reads_the_hi
     scenarios = sorted(library.select("verifiable:train"), key=lambda s: s.id)
     setups = sample_setups(scenarios, library, 1, seed=0)
     assert len(setups) == 24
+    wins = {"bargaining": 0, "scheduling": 0, "persuasion": 0}
     for setup in setups:
-        log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge(), EnvConfig(max_turns=6)))
+        expert = _Recorder(VerifiableExpert())
+        log = asyncio.run(play(setup, [expert, RulePartner()], VerifiableJudge(), EnvConfig(max_turns=6)))
         goal, success = _goal(log)
         mine = [t.action for t in log.turns if t.agent == log.setup.agent_names[0]]
         facts = setup.scenario.verifiable
+        wins[facts.kind] += success
         assert all(a.action_type is ActionType.speak for a in mine)
+        blind = VerifiableExpert()
+        blind.reset(setup=_scrambled(setup), seat=0)
+        assert [asyncio.run(blind.act(obs)) for obs, _ in expert.seen] == [a for _, a in expert.seen], setup.scenario.id
         if facts.kind == "persuasion":
-            assert not success and not any(addresses(a.argument, facts.concern) for a in mine)
+            for action in mine:
+                heard = hear(action.argument, facts.concern)
+                assert not heard.foreign and heard.words <= MAX_CONCERN_WORDS, (setup.scenario.id, action.argument)
             continue
         assert success and goal >= 5, (setup.scenario.id, goal, [t.action.argument for t in log.turns])
         for action in [a for a in mine if a.argument != VerifiableExpert.THANKS]:  # every one a speech (above)
@@ -77,6 +124,7 @@ def test_verifiable_expert_wins_bargaining_and_scheduling_and_never_reads_the_hi
                 assert len(numbers_in(action.argument)) == 1
             if facts.kind == "scheduling":
                 assert len(slots_in(action.argument, facts.slots)) == 1
+    assert wins["bargaining"] == wins["scheduling"] == 8 and wins["persuasion"] >= 0.7 * 8  # 8 of 8 today
     with pytest.raises(ValueError, match="seat 1"):
         VerifiableExpert().reset(setup=setups[0], seat=1)
 
@@ -86,20 +134,28 @@ def test_family_ships_with_splits_and_hides_its_facts(library):
     for kind in ("bargaining", "scheduling", "persuasion"):
         mine = [s for s in family if kind in s.tags]
         counts = {split: sum(s.split == split for s in mine) for split in ("train", "dev", "test")}
-        assert counts["train"] >= 8 and counts["dev"] >= 4 and counts["test"] >= 6, (kind, counts)
+        assert counts == {"train": 8, "dev": 4, "test": 12}, (kind, counts)
         assert all(s.verifiable.kind == kind for s in mine)
     for s in family:
         seen = f"{s.scenario} {s.goals[0]}".lower()  # what the learner sees of its own seat
         facts = s.verifiable
         if isinstance(facts, BargainingFacts):
-            assert f"${facts.budget}" in s.goals[0] and str(facts.reservation) not in seen, s.id
+            money = f"{facts.currency}{facts.budget}"
+            assert money in s.goals[0] and str(facts.reservation) not in seen, s.id
         elif isinstance(facts, SchedulingFacts):
             assert all(slot in s.goals[0] for slot in facts.agent_slots), s.id
             assert not any(
                 slot.lower() in s.goals[0].lower() for slot in facts.partner_slots if slot not in facts.agent_slots
             )
         else:
-            assert not addresses(seen, facts.concern), s.id
+            heard = hear(seen, facts.concern)  # neither its own concern nor another: echoing its goal costs nothing
+            assert not heard.own and not heard.foreign, (s.id, heard)
+            assert len(facts.doubts) >= 2 and not any(addresses(d, facts.concern) for d in facts.doubts), s.id
+    # the shipped concerns are the judge's vocabulary: one per persuasion instance, no word shared between two
+    concerns = library_concerns()
+    assert len(concerns) == sum(isinstance(s.verifiable, PersuasionFacts) for s in family) == 24
+    words = [w for c in concerns for w in c]
+    assert len(words) == len(set(words))
     # opt-in: plain selectors and random sampling leave the family out; parts combine
     assert not any("verifiable" in s.tags for s in library.select("all") + library.select("test"))
     assert {s.id for s in library.select("verifiable:bargaining:test")} == {
@@ -188,6 +244,126 @@ def test_persuasion_partner(library):
     log = _play(setup, [{"action_type": "non-verbal communication", "argument": "smiles at the window"}] * 5)
     assert [k for k, _ in _partner_lines(log)] == ["speak"] * 4 + ["leave"]  # non-verbal never persuades
     assert _goal(log) == (0, False)
+
+
+def _persuasion(library) -> list[str]:
+    return sorted(s.id for s in library.select("verifiable") if s.verifiable.kind == "persuasion")
+
+
+def test_persuasion_cannot_be_stuffed(library):
+    """Issue #29: one line of every concern word in the library won 18 of 18 instances in one turn. Now a speech
+    that names other concerns of the library counts against the whole conversation: past ``MAX_FOREIGN`` of them
+    the partner stops listening, an earlier address included. Stuffing wins nothing, in one line or spread."""
+    words = sorted({w for concern in library_concerns() for w in concern})
+    assert len(words) >= 93
+    one_line = "Could you do it? I will take care of " + ", ".join(words)
+    size = -(-len(words) // 5)
+    spread = [
+        f"Could you do it? I will take care of {', '.join(words[i : i + size])}." for i in range(0, len(words), size)
+    ]
+    ids = _persuasion(library)
+    assert len(ids) == 24
+    for sid in ids:
+        setup = _setup(library, sid)
+        for lines in ([one_line], spread):
+            log = _play(setup, lines)
+            assert _goal(log) == (0, False), (sid, [t.action.argument for t in log.turns])
+        stuffed = AgentAction(action_type=ActionType.speak, argument=one_line)
+        assert outcome_after(setup.scenario.verifiable, [], stuffed).goal == 0  # the one-step reward too
+    log = _play(_setup(library, ids[0]), spread)
+    said = [text for _, text in _partner_lines(log)]
+    assert "listening" in said[0] and "listening" in said[-2] and _partner_lines(log)[-1][0] == "leave"
+
+
+def test_persuasion_tolerates_a_few_wrong_guesses_then_stops_listening(library):
+    """Guessing is bounded: a learner may name ``MAX_FOREIGN`` other concerns in a conversation (a person forgives
+    a wrong guess or two) and still win with the right one; one more and nothing it says counts, not even an
+    address it made before. A guesser that names one concern per turn, always in the same order, therefore wins
+    exactly the instances whose concern is among its first ``MAX_FOREIGN + 1`` guesses."""
+    setup = _setup(library, "verifiable-persuasion-seat-swap")
+    facts: PersuasionFacts = setup.scenario.verifiable
+    others = [c for c in library_concerns() if set(c) != set(facts.concern)]
+    guesses = [f"I'll sort out the {c[0]}. Could you swap seats with me?" for c in others]
+    right = "You can have the window seat. Could you swap seats with me?"
+    log = _play(setup, [*guesses[:MAX_FOREIGN], right])
+    said = [text for _, text in _partner_lines(log)]
+    assert said[0].startswith(("That's not really", "No, that's not it")) and facts.doubts[0] in said[0]
+    assert _goal(log) == (10, True)
+    assert _goal(_play(setup, [*guesses[: MAX_FOREIGN + 1], right])) == (0, False)
+    # an address made earlier (no question yet) is undone by stuffing after it
+    three = " ".join(f"No {c[0]} trouble." for c in others[: MAX_FOREIGN + 1])
+    assert _goal(_play(setup, ["You can have the window seat.", f"{three} So, would you swap?"])) == (0, False)
+
+    order = library_concerns()
+    wins = []
+    for sid in _persuasion(library):
+        guesser = [f"I'll take care of the {c[0]}. Could you help me?" for c in order[:5]]
+        if _goal(_play(_setup(library, sid), guesser))[1]:
+            wins.append(tuple(sorted(library.scenarios[sid].verifiable.concern)))
+    assert sorted(wins) == sorted(order[: MAX_FOREIGN + 1])
+
+
+def test_persuasion_listing_many_words_of_one_concern_is_no_address(library):
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    setup = _setup(library, "verifiable-persuasion-seat-swap", concern=words, max_rounds=2)
+    learner = setup.agent_names[0]
+    listed = f"{', '.join(words[: MAX_CONCERN_WORDS + 1])}: all taken care of. Could you swap?"
+    assert _judge(_context(setup, [listed, None]))[learner] == (0, False)
+    fine = f"{', '.join(words[:MAX_CONCERN_WORDS])}: all taken care of. Could you swap?"
+    assert _judge(_context(setup, [fine, None]))[learner] == (10, True)
+
+
+def test_an_honest_answer_that_names_the_worry_and_asks_wins(library):
+    """Listening still wins: a plain answer to the right worry, asked, on every instance; and an honest answer
+    that also touches another scenario's worry in passing ("tonight" is the ladder's)."""
+    for sid in _persuasion(library):
+        word = library.scenarios[sid].verifiable.concern[0]
+        assert _goal(_play(_setup(library, sid), [f"Don't worry about the {word}. Could you help me?"])) == (10, True)
+    cases = {
+        "verifiable-persuasion-tools": "I'll bring it back tonight, fully recharged. Could you lend it to me?",
+        "verifiable-persuasion-bus-money": "I'll pay you back tomorrow, I promise. Would you help me out?",
+        "verifiable-persuasion-seat-swap": "Sorry, I didn't think. Take my window seat, please.",
+    }
+    for sid, line in cases.items():
+        assert _goal(_play(_setup(library, sid), [line])) == (10, True), sid
+
+
+def test_every_persuasion_instance_is_won_by_listening(library):
+    """Every instance, every split, can be won from the cues alone: the expert, which hears the worry in the
+    partner's first doubt and answers it, wins each in two moves (a new scenario whose doubts carry no cue a
+    listener could hear fails here)."""
+    from sotopia_env.training.experts import VerifiableExpert
+
+    for sid in _persuasion(library):
+        setup = _setup(library, sid)
+        log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge()))
+        mine = [t.action.argument for t in log.turns if t.agent == setup.agent_names[0]]
+        assert _goal(log) == (10, True) and mine[2] == VerifiableExpert.THANKS, (sid, mine)
+
+
+def test_bargaining_and_scheduling_resist_the_same_tricks(library):
+    """What issue #29 asked to try on the other kinds; each holds. The judge pays only for a deal the partner's
+    rules accept, and the learner's score is capped by its own constraint (its budget, its slots)."""
+    bike = _setup(library, BIKE)  # asking 450, budget 400, reservation 320, 4 rounds
+    assert _goal(_play(bike, ["I'll pay $1,000,000."])) == (0, False)  # a huge offer: a deal over budget
+    assert _goal(_play(bike, ["Fine, $450 then."])) == (0, False)  # the partner's own price: over budget
+    every = " ".join(f"${p}" for p in range(0, 1001, 5))
+    log = _play(bike, [every, "You said $450; I say $330.", "$330 or $340?"])
+    assert [a for a, _ in _partner_lines(log)][:3] == ["speak"] * 3 and _goal(log) == (0, False)  # no offer at all
+    log = _play(bike, ["$100", "$150", "$200", "$250", "$300", "$320"])  # offers spread over more rounds than 4
+    assert _goal(log) == (0, False) and len(_partner_lines(log)) == 4  # the partner left after its 4th reply
+    assert _goal(_play(bike, ["$320"])) == (10, True)  # the ceiling: the reservation itself, found by offering
+
+    setup = _setup(library, "verifiable-scheduling-tutoring")
+    facts: SchedulingFacts = setup.scenario.verifiable
+    assert _goal(_play(setup, [" or ".join(facts.slots) + "?"])) == (0, False)  # every slot at once: no proposal
+    # every slot in turn: agreed on the first the partner can do, worth something only if the learner can make it
+    for sid in sorted(s.id for s in library.select("verifiable") if s.verifiable.kind == "scheduling"):
+        f: SchedulingFacts = library.scenarios[sid].verifiable
+        log = _play(_setup(library, sid), [f"How about {slot}?" for slot in f.slots])
+        first = next(i for i, slot in enumerate(f.slots) if slot in f.partner_slots)
+        fits = first < f.max_rounds and f.slots[first] in f.agent_slots
+        assert _goal(log) == ((10, True) if fits else (0, False)), sid
 
 
 def test_gymnasium_env_with_the_rule_partner(library):
@@ -331,6 +507,26 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     assert [getattr(f, "__name__", "") for f in task.rewards] == ["action_valid", "verifiable_turn"]
 
 
+def test_cli_benchmark_of_the_issue_29_stuffer_wins_nothing(tmp_path, monkeypatch):
+    """The exploit as reported: a custom agent, ``--agent2 rule-partner --evaluator verifiable``, every persuasion
+    instance; it used to win all of them in one turn."""
+    from typer.testing import CliRunner
+
+    from sotopia_env.cli.main import app
+    from sotopia_env.episodes.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:///{tmp_path / 'e.db'}"
+    args = ["benchmark", "--model", "verifiable_agents:Stuffer", "--partner", "rule-partner"]
+    result = CliRunner().invoke(
+        app, [*args, "--evaluator", "verifiable", "--scenarios", "verifiable:persuasion", "--store", store]
+    )
+    assert result.exit_code == 0, result.output
+    logs = list(open_store(store).iter())
+    assert len(logs) == 24 and all(log.status == "rated" for log in logs)
+    assert not any(log.rating.ratings[log.setup.agent_names[0]].success for log in logs)
+
+
 def test_readme_example_scenario_plays_and_is_judged(tmp_path, library):
     from readme_blocks import blocks
 
@@ -361,6 +557,13 @@ def test_bad_hidden_facts_are_one_line_errors(tmp_path):
         "{kind: scheduling, event: x, slots: [Monday, Monday morning], agent_slots: [Monday], "
         "partner_slots: [Monday]}": "must not contain each other",
         "{kind: scheduling, event: x, slots: [Mon, Tue], agent_slots: [Mon], partner_slots: [Tue]}": "share no slot",
+        # persuasion: the doubts are the cues a listener has to go on; they hint at the concern, never name it
+        "{kind: persuasion, request: lend you my lamp, concern: [bulb]}": "doubts': Field required",
+        "{kind: persuasion, request: lend you my lamp, concern: [bulb], doubts: [It's old.]}": "at least 2 items",
+        "{kind: persuasion, request: lend you my lamp, concern: [bulb], doubts: [It's old., The bulbs are rare.]}": (
+            "doubts.*doubt 1 names the concern \\('bulb'\\)"
+        ),
+        "{kind: persuasion, request: x, concern: [bulb, Bulb], doubts: [a, b]}": "concern.*distinct",
     }
     for facts, message in cases.items():
         (tmp_path / "x.yaml").write_text(entry.replace("{FACTS}", facts))

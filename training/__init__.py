@@ -1,9 +1,14 @@
-"""Training: datasets from episodes, BC, SR, and rewards for RL.
+"""Training: datasets from episodes, BC, SR, GRPO (single-turn and whole episodes), and rewards for RL.
 
 - ``training.dataset``: episodes -> filtered prompt/completion examples (the agents' own prompt function);
+- ``training.base_config``: ``BaseTrainConfig``, the fields every trainer's config extends;
+- ``training.model_setup``: precision, model and LoRA loading, checkpoints, saving a model spec;
 - ``training.trainer``: ``TrainConfig`` + ``train`` (TRL ``SFTTrainer``, LoRA / QLoRA / full fine-tune);
-- ``training.bc``, ``training.sr``, ``training.evaluate``: the SOTOPIA-pi stages;
+- ``training.grpo``: ``GRPOStageConfig`` + ``train_grpo`` (TRL ``GRPOTrainer`` on a task's prompts);
+- ``training.episode_grpo`` + ``training.episode_rollouts``: ``EpisodeGRPOConfig`` + ``train_episode_grpo``
+  (GRPO on whole episodes in ``SocialEnv``, our own loop);
+- ``training.bc``, ``training.sr``, ``training.rl_stage``, ``training.evaluate``: the pipeline's stages;
 - ``training.config`` + ``training.pipeline``: one YAML config, every stage, resumable;
-- ``training.experts``: ``ScriptedExpert``, a model-free expert for tests and offline runs;
-- ``training.rewards``: reward functions for RL.
+- ``training.experts``: ``ScriptedExpert`` and ``VerifiableExpert``, model-free experts;
+- ``training.rewards`` and ``training.rl``: reward functions and GRPO tasks.
 """

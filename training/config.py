@@ -19,12 +19,16 @@ from sotopia_env.episodes.ray_batch import RayConfig
 from sotopia_env.episodes.store import StoreURLError, store_kind
 from sotopia_env.errors import UserError
 from sotopia_env.training.dataset import FilterConfig
+from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
 from sotopia_env.training.grpo import GRPOStageConfig
 from sotopia_env.training.policy_server import PolicyServerConfig, template_problem
 from sotopia_env.training.trainer import TrainConfig
 from sotopia_env.validation import field_problem
 
 _SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
+RLConfig = GRPOStageConfig | EpisodeGRPOConfig  # the trainer is chosen by ``task``: ``episodes`` or a text task
+# Keys an episodes config had before episode GRPO got a config of its own, and what they are now.
+_EPISODE_RENAMES = {"batch_size": "micro_batch_size", "num_generations": "group_size"}
 
 
 class ConfigError(UserError, ValueError):
@@ -115,7 +119,7 @@ class PipelineConfig:
     sr: SRConfig = field(default_factory=SRConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    rl: GRPOStageConfig | None = None  # GRPO after the last SR round (optional); see training.grpo
+    rl: RLConfig | None = None  # GRPO after the last SR round (optional): training.grpo or training.episode_grpo
     policy_server: PolicyServerConfig | None = None  # serve the policy (vLLM) while it plays; training.policy_server
     source: str = "<config>"  # where it was read from (for error messages)
 
@@ -151,10 +155,14 @@ def parse_config(raw: Any, source: str = "<config>") -> PipelineConfig:
                 raise ConfigError(
                     f"{source}: field '{section}.{key}': set by the pipeline; use the top-level base_model"
                 )
+    rl = raw.get("rl")
     try:
-        config = TypeAdapter(PipelineConfig).validate_python({**raw, "source": source})
+        config = TypeAdapter(PipelineConfig).validate_python({**raw, "rl": None, "source": source})
     except ValidationError as exc:
         raise ConfigError(f"{source}: {field_problem(exc, '(top level)')}") from None
+    if rl is not None:
+        rl = {"seed": config.seed, **rl} if isinstance(rl, dict) else rl  # the pipeline's seed, unless rl sets one
+        config.rl = parse_rl_config(rl, source, "rl.")
     for stage, section in (("bc", config.bc.train), ("sr", config.sr.train)):
         for key in section:
             if key in _SET_BY_PIPELINE or key not in TrainConfig.__dataclass_fields__:
@@ -216,16 +224,36 @@ def load_config(path: str | Path) -> PipelineConfig:
     return parse_config(read_yaml(path, ConfigError), str(path))
 
 
-def load_grpo_config(path: str | Path) -> GRPOStageConfig:
-    """Read and validate a YAML GRPO config (``sotopia-env train grpo``): the fields of ``GRPOStageConfig``."""
+def parse_rl_config(raw: Any, source: str, prefix: str = "") -> RLConfig:
+    """An RL config: ``task: episodes`` is ``EpisodeGRPOConfig`` (GRPO on whole episodes), any other task is
+    ``GRPOStageConfig`` (text GRPO on TRL). A key of the other trainer, or one that was renamed, is a one-line
+    ``ConfigError`` naming it (and its new name)."""
     from pydantic import TypeAdapter, ValidationError
 
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: field '{prefix.rstrip('.') or '(top level)'}': must be a mapping")
+    episodes = raw.get("task") == "episodes"
+    kind: type = EpisodeGRPOConfig if episodes else GRPOStageConfig
+    own = kind.__dataclass_fields__
+    for key in raw:
+        if key in own:
+            continue
+        if episodes and key in _EPISODE_RENAMES:
+            raise ConfigError(
+                f"{source}: field '{prefix}{key}': renamed to '{_EPISODE_RENAMES[key]}' for task: episodes"
+            )
+        other = GRPOStageConfig if episodes else EpisodeGRPOConfig
+        if key in other.__dataclass_fields__:
+            where = "text GRPO tasks" if episodes else "task: episodes"
+            raise ConfigError(f"{source}: field '{prefix}{key}': only for {where}")
+    try:
+        return TypeAdapter(kind).validate_python(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {field_problem(exc, '(top level)', prefix=prefix)}") from None
+
+
+def load_rl_config(path: str | Path) -> RLConfig:
+    """Read and validate a YAML GRPO config (``sotopia-env train grpo``): see ``parse_rl_config``."""
     from sotopia_env.library import read_yaml
 
-    raw = read_yaml(Path(path), ConfigError)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    try:
-        return TypeAdapter(GRPOStageConfig).validate_python(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: {field_problem(exc, '(top level)')}") from None
+    return parse_rl_config(read_yaml(Path(path), ConfigError), str(path))

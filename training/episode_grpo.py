@@ -1,291 +1,339 @@
-"""GRPO on whole episodes (``rl.task: episodes``): the policy plays its seat in ``SocialEnv`` to the end of the
-episode, and the episode's rating is the reward of every turn it wrote.
+"""GRPO on whole episodes: the policy plays its seat in ``SocialEnv`` to the end of each episode, and the episode's
+rating is the reward of the moves it made. ``train_episode_grpo(EpisodeGRPOConfig(...))`` is the entry point.
 
 Why not TRL's ``GRPOTrainer`` with a ``rollout_func`` (TRL 1.16)? Its rollout function returns one
 ``(prompt_ids, completion_ids, env_mask)`` row per generation: an episode would have to be one growing chat in
 which the environment's text is appended (and masked) between the policy's turns. Our agents are not prompted
-that way: ``LLMAgent`` renders a fresh prompt every turn (``sotopia_env.prompt.render_prompt``: the system
-message, then the conversation so far inside the user message), so turn k's prompt is not turn k-1's prompt
-plus its reply, and an episode is a variable number of separate (prompt, completion) pairs sharing one reward.
-TRL's shapes (one row per generation, ``num_generations`` rows per prompt) cannot hold that. So this is the
-smallest loop on PEFT/torch building blocks, CleanRL style; one step:
+that way: ``LLMAgent`` renders a fresh prompt every turn (``sotopia_env.prompt.render_prompt``), so turn k's
+prompt is not turn k-1's prompt plus its reply, and an episode is a variable number of separate (prompt,
+completion) pairs sharing one reward. So this is the smallest loop on PEFT/torch building blocks, CleanRL
+style. One step:
 
-1. pick the step's group starts (scenario, characters; the policy's seat and partner are fixed by the config);
-2. roll out ``group_size`` episodes per start concurrently with ``episodes.runner.play``: the policy is an
-   ``LLMAgent`` on a ``LocalBackend`` wrapping the model being trained (requests from every episode are
-   batched into one ``generate``), the partner is any agent spec (``policy``: a frozen copy of the starting
-   policy); every request the policy's agent sends, and its reply, is recorded: the prompts are exactly what
-   ``LLMAgent`` sends (``prompt_text(render_prompt(...))``);
-3. reward = the evaluator's ``reward_dimension`` for the policy's seat (+ ``turn_reward`` per policy turn);
-   an unrated episode's reward is ``None``: it gets no advantage (never 0) and is counted;
-4. advantages: (reward - group mean) / group std over the group's rated episodes; a group with fewer than two
-   rated episodes, or all rewards equal, carries no signal (counted, no gradient);
-5. loss: every generation of the policy in an episode is one sequence trained with that episode's advantage;
-   the loss mask is 1 on the tokens the policy wrote and 0 on the prompt (which holds the partner's turns and
-   the environment's text); token-level mean (DAPO), plus ``beta`` * KL (k3) to the adapter-less model;
-6. one AdamW step; a checkpoint every ``save_steps`` (adapter, optimizer, log); a rerun resumes from the last.
+1. pick the step's group starts (``StartPicker``: kinds interleaved, so a step mixes kinds; with dynamic sampling
+   a start whose last group all won or all lost rests a few steps);
+2. play ``group_size`` episodes per start concurrently (``episode_rollouts``): the policy is an ``LLMAgent`` on a
+   ``LocalBackend`` over the model being trained, which records the ids it sampled and their log-probabilities;
+   only the completions that became moves before the outcome was decided are kept (retries never);
+3. rewards (``None`` when unrated: no advantage, never 0); a group whose rewards are all equal has no signal;
+   with dynamic sampling, more groups are played (at most ``max_resample_groups``) until ``groups_per_step``
+   groups carry signal;
+4. advantages: reward minus its group's mean, divided by the group's std (``scale_rewards: group``), the whole
+   step's std (``batch``) or nothing (``none``);
+5. ``num_iterations`` passes over the samples, each one AdamW step, in micro-batches of ``micro_batch_size``
+   sequences. The loss is PPO's clipped surrogate on the sampled ids with the rollout log-probs as the old
+   policy (``epsilon`` below, ``epsilon_high`` above: DAPO's clip-higher), times a truncated importance weight
+   ``min(pi_rollout / sampler, importance_sampling_cap)`` that corrects for the grammar mask (the sampler
+   draws from the masked distribution; the loss differentiates the unmasked policy); logits are divided by
+   the rollout temperature and dropout is off, so the loss scores the distribution that sampled;
+   ``+ beta * KL`` (k3) towards the policy the run started from (a frozen ``ref`` copy of a continued adapter;
+   the adapter-free model only for a new LoRA, where the two are equal); token-level mean over the step (DAPO);
+6. log per step: reward, success rate, ``approx_kl`` (rollout vs train, CleanRL's; about 0 on the first pass),
+   ``clipfrac``, token ``entropy``, ``kl_ref``, the mean importance weight, the zero-variance group share, the
+   skipped starts, and the step's peak RSS; a checkpoint every ``save_steps``; a rerun resumes from the last.
 
-Generation (step 2) and the update (steps 5-6) run on one worker thread: on CPU, generating on another
-thread than the one that ran the backward pass was twice as slow, and slower each step.
-
-The policy generates locally even when ``api_base`` is set: its weights change every step, and a server would
-need them synced (TRL's ``vllm-serve`` path does that on GPU). ``api_base`` serves the partner and the evaluator.
+Generation and the update run on one worker thread: on CPU, generating on another thread than the one that ran
+the backward pass was twice as slow, and slower each step. The policy generates locally even when ``api_base``
+is set (its weights change every step); ``api_base`` serves the partner and the evaluator.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import math
-import random
 import shutil
 import statistics
 import time
-from collections.abc import Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from sotopia_env.agents.base import Agent
-from sotopia_env.agents.llm import LLMAgent
-from sotopia_env.backends.base import Backend, ChatRequest, Completion, GenerationSettings
+from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.resolve import release_backends
 from sotopia_env.env import EnvConfig
-from sotopia_env.episode_setup import EpisodeSetup
-from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.progress import progress_bar
-from sotopia_env.evaluation import Evaluator
-from sotopia_env.prompt import prompt_text
-from sotopia_env.training.grpo import RESULT_FILE, GRPOResult, GRPOStageConfig
-from sotopia_env.training.rl.tasks import TaskError
-from sotopia_env.training.trainer import CHECKPOINTS_DIR, release_memory, save_model_spec
+from sotopia_env.training.base_config import BaseTrainConfig
+from sotopia_env.training.episode_rollouts import (
+    Episode,
+    Rollout,
+    Sample,
+    StartPicker,
+    interleaved,
+    play_many,
+    policy_backend,
+)
+from sotopia_env.training.model_setup import CHECKPOINTS_DIR, release_memory, save_model_spec
+from sotopia_env.training.rl.registry import TaskError
+from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
+from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
-
-
-class RecordingBackend:
-    """A backend that keeps every (request, completion) it passes on: what one policy agent sent and got."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.model = inner.model
-        self.calls: list[tuple[ChatRequest, Completion]] = []
-
-    async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        out = await self.inner.generate(requests)
-        self.calls.extend(zip(requests, out, strict=True))
-        return out
+REF_ADAPTER = "ref"
 
 
 @dataclass
-class Sample:
-    """One generation of the policy: the prompt it was given and the tokens it wrote (ids)."""
+class EpisodeGRPOConfig(BaseTrainConfig):
+    """GRPO on whole episodes: the shared fields of ``BaseTrainConfig`` and these (``task: episodes`` in YAML)."""
 
-    prompt_ids: list[int]
-    completion_ids: list[int]
+    task: Literal["episodes"] = "episodes"
+    output_dir: str = "outputs/episode-grpo"
+    lora_r: int = 8
+    learning_rate: float = 2e-4  # 0: a control that plays and scores like a run but changes no weight
+    lr_scheduler_type: str = "constant"
+    max_steps: int = 8
+    # the rollouts
+    scenarios: str = "verifiable:train"  # a scenario selector: the group starts
+    scenarios_dir: list[str] = field(default_factory=list)  # extra scenario YAML folders
+    partner: str = "rule-partner"  # any agent spec, or "policy": a frozen copy of the starting policy
+    evaluator: str = "verifiable"  # an evaluator spec: its rating of the policy's seat is the reward
+    seat: int = 0  # the policy's seat (0: first)
+    max_turns: int = 8  # the env's turn limit
+    group_size: int = 4  # episodes per start (different sampling seeds)
+    groups_per_step: int = 4  # starts per step, their kinds interleaved
+    temperature: float = 1.0
+    max_completion_length: int = 64  # tokens per policy turn
+    constrained: bool = True  # the policy's actions are schema-constrained (as LLMAgent's are by default)
+    api_base: str | None = None  # serves the partner and the evaluator (the policy generates locally)
+    # the signal
+    scale_rewards: Literal["group", "batch", "none"] = "batch"  # divide the centred rewards by this std
+    dynamic_sampling: bool = True  # rest starts without signal; play more groups until enough carry signal
+    max_resample_groups: int = 4  # extra groups a step may play for signal
+    revisit_after: int = 4  # steps a start without signal rests
+    turn_reward: float = 0.0  # per policy turn, added to the reward (negative: shorter episodes)
+    dense_reward: float = 0.0  # verifiable only: up to this much partial credit; a success gets all of it
+    # the update
+    beta: float = 0.0  # weight of the KL towards the starting policy (0: no reference pass)
+    epsilon: float = 0.2  # the ratio's clip below 1
+    epsilon_high: float = 0.28  # and above 1 (DAPO's clip-higher)
+    importance_sampling_cap: float = 2.0  # truncates pi_rollout / sampler (the grammar mask's correction)
+    num_iterations: int = 1  # optimiser steps per batch of rollouts (> 1: the ratio moves off 1 and clips)
+    micro_batch_size: int = 1  # sequences per forward/backward; gradients accumulate over the step
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_steps", "group_size", "groups_per_step", "max_turns", "max_completion_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("num_iterations", "micro_batch_size", "revisit_after"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be at least 2 (GRPO compares a group), not {self.group_size}")
+        if self.seat not in (0, 1):
+            raise ValueError(f"seat must be 0 or 1, not {self.seat}")
+        if self.beta < 0 or self.temperature <= 0 or self.max_resample_groups < 0:
+            raise ValueError("beta and max_resample_groups must be 0 or more, temperature positive")
+        if not 0 <= self.dense_reward < 10:
+            raise ValueError(f"dense_reward must be in [0, 10), not {self.dense_reward}")
+        if not (0 < self.epsilon < 1 and self.epsilon_high > 0 and self.importance_sampling_cap >= 1):
+            raise ValueError("epsilon must be in (0, 1), epsilon_high positive, importance_sampling_cap at least 1")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
 
 
-@dataclass
-class Episode:
-    log: EpisodeLog | None  # None: the episode could not be played (error)
-    reward: float | None  # None: unrated (or failed): no advantage
-    samples: list[Sample]
-    error: str | None = None
+# -- advantages ---------------------------------------------------------------------------------------------------
 
 
-def episode_reward(log: EpisodeLog, agent: str, dimension: str, turn_reward: float = 0.0) -> float | None:
-    """The evaluator's ``dimension`` for ``agent`` plus ``turn_reward`` per turn it took; None when unrated."""
-    if log.rating is None or not log.rating.rated:
-        return None
-    value = log.rating.reward(agent, dimension)
-    if math.isnan(value):
-        return None
-    return value + turn_reward * sum(t.agent == agent for t in log.turns)
-
-
-def group_advantages(rewards: Sequence[float | None], eps: float = 1e-4) -> list[float | None]:
-    """(r - mean) / std over the rated rewards (population std); None stays None. Zero everywhere (no signal)
-    when fewer than two are rated or they are all equal."""
+def group_advantages(
+    rewards: Sequence[float | None], scale: str = "group", step_std: float | None = None, eps: float = 1e-4
+) -> list[float | None]:
+    """(r - group mean) over the rated rewards, divided by the group's population std (``group``), ``step_std``
+    (``batch``) or 1 (``none``); None stays None. Zero everywhere (no signal) when fewer than two are rated or
+    they are all equal."""
     rated = [r for r in rewards if r is not None]
-    if len(rated) < 2:
+    if len(rated) < 2 or statistics.pstdev(rated) < eps:
         return [None if r is None else 0.0 for r in rewards]
-    mean, std = statistics.fmean(rated), statistics.pstdev(rated)
-    if std < eps:
-        return [None if r is None else 0.0 for r in rewards]
-    return [None if r is None else (r - mean) / std for r in rewards]
+    mean = statistics.fmean(rated)
+    divisor = {"group": statistics.pstdev(rated), "batch": step_std or 1.0, "none": 1.0}[scale]
+    return [None if r is None else (r - mean) / max(divisor, eps) for r in rewards]
 
 
-def samples_of(calls: Sequence[tuple[ChatRequest, Completion]], tokenizer: Any) -> list[Sample]:
-    """The policy's generations as token ids: the prompt as the backend renders it, then its reply (with the
-    end-of-turn token when it stopped on its own). Failed calls wrote nothing."""
-    out = []
-    for request, completion in calls:
-        if not completion.ok:
-            continue
-        prompt = tokenizer(prompt_text(request.messages, tokenizer), add_special_tokens=False)["input_ids"]
-        reply = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
-        if completion.meta.get("finish_reason") == "stop" and tokenizer.eos_token_id is not None:
-            reply = [*reply, int(tokenizer.eos_token_id)]
-        if reply:
-            out.append(Sample(list(prompt), list(reply)))
-    return out
+def step_advantages(groups: Sequence[Sequence[float | None]], scale: str) -> list[list[float | None]]:
+    """Every group's advantages; ``batch`` divides by the std of every rated reward of the step."""
+    rated = [r for g in groups for r in g if r is not None]
+    step_std = statistics.pstdev(rated) if len(rated) >= 2 else None
+    return [group_advantages(g, scale, step_std) for g in groups]
+
+
+# -- the loss -----------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Batch:
-    """Left-padded sequences ``[pad][prompt][completion]``; ``loss_mask`` is 1 exactly on completion tokens."""
+    """Left-padded sequences ``[pad][prompt][completion]`` with per-token rollout values right-aligned; every
+    completion ends at the last position, so the last ``width`` positions hold every completion token."""
 
     input_ids: Any
     attention_mask: Any
     position_ids: Any
-    loss_mask: Any
-    keep: int  # logits needed: the longest completion + 1 (every completion ends at the last position)
+    loss_mask: Any  # [rows, width]: 1 on completion tokens
+    old_logprobs: Any  # [rows, width]: the policy's at rollout (temperature applied)
+    sampler_logprobs: Any  # [rows, width]: the sampler's (grammar mask applied)
+    width: int  # the longest completion
 
 
 def pack(samples: Sequence[Sample], pad_id: int) -> Batch:
     import torch
 
-    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    ids, attention, loss = [], [], []
+    length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    width = max(len(s.completion_ids) for s in samples)
+    ids, attention, loss, old, sampler = [], [], [], [], []
     for s in samples:
-        pad = width - len(s.prompt_ids) - len(s.completion_ids)
+        pad = length - len(s.prompt_ids) - len(s.completion_ids)
         ids.append([pad_id] * pad + s.prompt_ids + s.completion_ids)
-        attention.append([0] * pad + [1] * (width - pad))
-        loss.append([0] * (width - len(s.completion_ids)) + [1] * len(s.completion_ids))
+        attention.append([0] * pad + [1] * (length - pad))
+        lead = width - len(s.completion_ids)
+        loss.append([0] * lead + [1] * len(s.completion_ids))
+        old.append([0.0] * lead + s.logprobs)
+        sampler.append([0.0] * lead + s.sampler_logprobs)
     attention_mask = torch.tensor(attention)
     return Batch(
         input_ids=torch.tensor(ids),
         attention_mask=attention_mask,
         position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
-        loss_mask=torch.tensor(loss),
-        keep=max(len(s.completion_ids) for s in samples) + 1,
+        loss_mask=torch.tensor(loss, dtype=torch.float32),
+        old_logprobs=torch.tensor(old),
+        sampler_logprobs=torch.tensor(sampler),
+        width=width,
     )
 
 
-def token_logprobs(model: Any, batch: Batch) -> Any:
-    """Log-probabilities of the last ``keep - 1`` tokens of every row (where every completion lies)."""
+def token_logprobs(model: Any, batch: Batch, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
+    """Log-probabilities, at ``temperature``, of the last ``batch.width`` tokens of every row; and their entropy
+    (None unless asked)."""
     import torch
 
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
-        logits_to_keep=batch.keep,
+        logits_to_keep=batch.width + 1,
     ).logits[:, :-1]
-    targets = batch.input_ids[:, -(batch.keep - 1) :]
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    targets = batch.input_ids[:, -batch.width :]
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1).detach() if with_entropy else None
+    return logp, entropy
 
 
-def policy_loss(model: Any, samples: Sequence[Sample], advantages: Sequence[float], beta: float, total_tokens: int):
-    """Sum over the policy's tokens of -A * ratio (+ beta * KL), divided by ``total_tokens``; and the KL sum."""
-    import torch
-
-    batch = pack(samples, pad_id=0)
-    mask = batch.loss_mask[:, -(batch.keep - 1) :].float()
-    logp = token_logprobs(model, batch)
-    adv = torch.tensor(list(advantages), dtype=logp.dtype).unsqueeze(1)
-    per_token = -adv * torch.exp(logp - logp.detach())  # value -A, gradient -A * grad log p (on-policy)
-    kl = torch.zeros_like(logp)
-    if beta > 0:
-        with torch.no_grad(), model.disable_adapter():
-            ref = token_logprobs(model, batch)
-        diff = ref - logp
-        kl = torch.exp(diff) - diff - 1
-        per_token = per_token + beta * kl
-    return (per_token * mask).sum() / total_tokens, float((kl.detach() * mask).sum())
-
-
-# -- rollouts ---------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def reference_policy(model: Any) -> Iterator[None]:
+    """The policy the run started from: the frozen ``ref`` adapter when there is one, else no adapter at all."""
+    if REF_ADAPTER not in getattr(model, "peft_config", {}):
+        with model.disable_adapter():
+            yield
+        return
+    previous = model.active_adapter
+    model.set_adapter(REF_ADAPTER, inference_mode=True)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)  # trainable again
+        model.set_requires_grad(REF_ADAPTER, requires_grad=False)
 
 
 @dataclass
-class Rollout:
-    """Everything a rollout needs besides the policy's backend."""
+class LossStats:
+    """Sums over the policy's tokens, divided by the token count when logged."""
 
-    setups: list[EpisodeSetup]
-    seat: int
-    partner: str
-    evaluator: Evaluator | None
-    env: EnvConfig
-    settings: GenerationSettings
-    constrained: bool = True
-    api_base: str | None = None
-    turn_reward: float = 0.0
-    partner_settings: GenerationSettings = field(default_factory=GenerationSettings)
+    approx_kl: float = 0.0  # CleanRL's: (ratio - 1) - log ratio, rollout vs train
+    clipped: float = 0.0
+    entropy: float = 0.0
+    kl_ref: float = 0.0
+    is_weight: float = 0.0
 
-    def partner_agent(self) -> Agent:
-        from sotopia_env.agents.loading import load_agent
+    def add(self, other: LossStats) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
-        return load_agent(self.partner, settings=self.partner_settings, api_base=self.api_base)
+    def per_token(self, tokens: int) -> dict[str, float]:
+        return {name: round(getattr(self, name) / tokens, 6) if tokens else 0.0 for name in self.__dataclass_fields__}
 
 
-async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed: int, tokenizer: Any) -> Episode:
-    """One episode of the policy (on ``backend``) in its seat against the partner, rated; its samples."""
-    from dataclasses import replace
+def policy_loss(
+    model: Any, samples: Sequence[Sample], advantages: Sequence[float], config: EpisodeGRPOConfig, total_tokens: int
+) -> tuple[Any, LossStats]:
+    """The clipped, importance-weighted surrogate (+ beta * KL to the starting policy) summed over the policy's
+    tokens and divided by ``total_tokens``; and the step's statistics for these samples."""
+    import torch
 
-    from sotopia_env.episodes.runner import play
+    batch = pack(samples, pad_id=0)
+    mask = batch.loss_mask
+    logp, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True)
+    log_ratio = logp - batch.old_logprobs
+    ratio = torch.exp(log_ratio)
+    adv = torch.tensor(list(advantages), dtype=logp.dtype).unsqueeze(1)
+    clipped_ratio = torch.clamp(ratio, 1 - config.epsilon, 1 + config.epsilon_high)
+    surrogate = torch.maximum(-adv * ratio, -adv * clipped_ratio)
+    weight = torch.exp(batch.old_logprobs - batch.sampler_logprobs).clamp(max=config.importance_sampling_cap)
+    per_token = surrogate * weight
+    kl = torch.zeros_like(logp)
+    if config.beta > 0:
+        with torch.no_grad(), reference_policy(model):
+            ref, _ = token_logprobs(model, batch, config.temperature)
+        diff = ref - logp
+        kl = torch.exp(diff) - diff - 1
+        per_token = per_token + config.beta * kl
+    with torch.no_grad():
+        stats = LossStats(
+            approx_kl=float((((ratio - 1) - log_ratio) * mask).sum()),
+            clipped=float((((ratio < 1 - config.epsilon) | (ratio > 1 + config.epsilon_high)).float() * mask).sum()),
+            entropy=float((entropy * mask).sum()),
+            kl_ref=float((kl * mask).sum()),
+            is_weight=float((weight * mask).sum()),
+        )
+    return (per_token * mask).sum() / total_tokens, stats
 
-    recorder = RecordingBackend(backend)
-    policy = LLMAgent(recorder, settings=replace(rollout.settings, seed=seed), constrained=rollout.constrained)
-    try:
-        partner = rollout.partner_agent()
-        seats: list[Agent] = [partner, partner]
-        seats[rollout.seat] = policy
-        specs = [rollout.partner] * 2
-        specs[rollout.seat] = backend.model
-        log = await play(setup, seats, rollout.evaluator, rollout.env, specs, seed=seed)
-    except Exception as exc:  # a partner or judge that breaks: this episode is unrated, the run goes on
-        return Episode(None, None, samples_of(recorder.calls, tokenizer), f"{type(exc).__name__}: {exc}")
-    reward = episode_reward(log, setup.agent_names[rollout.seat], rollout.env.reward_dimension, rollout.turn_reward)
-    return Episode(log, reward, samples_of(recorder.calls, tokenizer))
 
+def without_dropout(model: Any) -> None:
+    """Train mode (gradient checkpointing needs it) with every dropout layer in eval mode: the loss scores the
+    distribution that sampled, which had no dropout."""
+    import torch
 
-async def play_many(
-    rollout: Rollout, backend: Backend, starts: Sequence[tuple[EpisodeSetup, int]], tokenizer: Any
-) -> list[Episode]:
-    """Every (setup, seed) concurrently: the policy's requests meet in the local backend's batches."""
-    return list(await asyncio.gather(*(play_one(rollout, backend, s, seed, tokenizer) for s, seed in starts)))
-
-
-def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int, executor: Executor) -> Backend:
-    """A local backend on the live model, a fresh one per step: its prefix cache holds this step's weights only.
-    It generates on ``executor``, the loop's one torch thread, where the updates run too."""
-    from sotopia_env.backends.local import LocalBackend
-
-    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=256, executor=executor)
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.eval()
 
 
 def update_policy(
-    model: Any, optimizer: Any, trained: Sequence[tuple[Sample, float]], beta: float, batch_size: int
-) -> tuple[float, float, int]:
-    """One AdamW step on every (sample, advantage) in ``trained``: the loss, the KL sum, the policy tokens. It
-    leaves the model in train mode; the loop puts it back in eval mode before it generates."""
+    model: Any, optimizer: Any, trained: Sequence[tuple[Sample, float]], config: EpisodeGRPOConfig
+) -> tuple[float, LossStats, int]:
+    """``num_iterations`` AdamW steps on every (sample, advantage) in ``trained``, in micro-batches: the last
+    pass's loss, the statistics of the first pass (rollout vs train), the policy tokens."""
     import torch
 
     tokens = sum(len(s.completion_ids) for s, _ in trained)
-    loss_value, kl_sum = 0.0, 0.0
+    stats = LossStats()
+    loss_value = 0.0
     if not trained:
-        return loss_value, kl_sum, tokens
-    model.train()
-    for k in range(0, len(trained), batch_size):
-        chunk = trained[k : k + batch_size]
-        loss, kl = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], beta, tokens)
-        loss.backward()
-        loss_value += float(loss.detach())
-        kl_sum += kl
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss_value, kl_sum, tokens
+        return loss_value, stats, tokens
+    without_dropout(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for iteration in range(config.num_iterations):
+        loss_value = 0.0
+        for k in range(0, len(trained), config.micro_batch_size):
+            chunk = trained[k : k + config.micro_batch_size]
+            loss, chunk_stats = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], config, tokens)
+            loss.backward()
+            loss_value += float(loss.detach())
+            if iteration == 0:
+                stats.add(chunk_stats)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    return loss_value, stats, tokens
 
 
-# -- the loop ---------------------------------------------------------------------------------------------------
+# -- the loop -----------------------------------------------------------------------------------------------------
 
 
-def make_rollout(config: GRPOStageConfig, policy_spec: str) -> Rollout:
-    """The config's group starts (every setup of its scenarios, shuffled by seed), partner, evaluator, env."""
+def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
+    """The config's group starts (one setup per scenario, sampled by seed), partner, evaluator and env."""
     from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.library import load_library
     from sotopia_env.sampler import sample_setups
@@ -295,7 +343,6 @@ def make_rollout(config: GRPOStageConfig, policy_spec: str) -> Rollout:
     if not scenarios:
         raise TaskError(f"task 'episodes': no scenarios match {config.scenarios!r}")
     setups = sample_setups(sorted(scenarios, key=lambda s: s.id), library, 1, seed=config.seed)
-    random.Random(config.seed).shuffle(setups)
     partner = policy_spec if config.partner == FROZEN_POLICY else config.partner
     return Rollout(
         setups=setups,
@@ -307,38 +354,58 @@ def make_rollout(config: GRPOStageConfig, policy_spec: str) -> Rollout:
         constrained=config.constrained,
         api_base=config.api_base,
         turn_reward=config.turn_reward,
+        dense_reward=config.dense_reward,
     )
 
 
-def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
-    """GRPO on whole episodes; see the module docstring."""
-    import torch
-    from peft import get_peft_model
+def load_policy(config: EpisodeGRPOConfig) -> tuple[Any, Any, bool, bool]:
+    """``(model, tokenizer, bf16, qlora)``: the base model with the adapter being trained (a continued one, or a
+    new LoRA), and, when ``beta > 0`` and an adapter is continued, a frozen copy of it named ``ref``."""
+    from peft import PeftModel, get_peft_model
 
     from sotopia_env.embedded_models import resolve_model_path
-    from sotopia_env.training.trainer import adapter_setup, decide_precision, load_model, load_tokenizer
+    from sotopia_env.training.model_setup import adapter_setup, decide_precision, load_model, load_tokenizer
 
-    started = time.perf_counter()
-    policy_spec = config.base_model
-    if config.init_adapter is None:
-        config = config.starting_from(config.base_model)
-    if config.max_steps < 1:
-        raise TaskError("task 'episodes' needs max_steps (the number of GRPO steps), at least 1")
-    out = Path(config.output_dir)
-    checkpoints = out / CHECKPOINTS_DIR
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    rollout = make_rollout(config, policy_spec)
-
-    torch.manual_seed(config.seed)
     bf16, qlora = decide_precision(config)
     tokenizer = load_tokenizer(resolve_model_path(config.base_model), config.init_adapter)
     model = load_model(resolve_model_path(config.base_model), bf16, qlora, config.gradient_checkpointing)
     model, lora = adapter_setup(model, config)
     if lora is not None:
         model = get_peft_model(model, lora)
+    elif config.beta > 0 and isinstance(model, PeftModel):
+        model.load_adapter(config.init_adapter, adapter_name=REF_ADAPTER, is_trainable=False)
+        model.set_adapter("default")  # the trained one: active and trainable
+        model.set_requires_grad(REF_ADAPTER, requires_grad=False)
+    if config.gradient_checkpointing and not qlora:  # (QLoRA's preparation turned it on already)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, tokenizer, bf16, qlora
+
+
+def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
+    """GRPO on whole episodes; see the module docstring."""
+    import torch
+    from transformers import get_scheduler
+
+    started = time.perf_counter()
+    policy_spec = config.base_model
+    if config.init_adapter is None:
+        config = config.starting_from(config.base_model)
+    out = Path(config.output_dir)
+    checkpoints = out / CHECKPOINTS_DIR
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    rollout = make_rollout(config, policy_spec)
+    picker = StartPicker(interleaved(rollout.setups, config.seed), config.dynamic_sampling, config.revisit_after)
+
+    torch.manual_seed(config.seed)
+    model, tokenizer, bf16, qlora = load_policy(config)
+    model.eval()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
-    state = resume(model, optimizer, checkpoints)
+    scheduler = get_scheduler(
+        config.lr_scheduler_type, optimizer, num_warmup_steps=0, num_training_steps=config.max_steps
+    )
+    state = resume(model, optimizer, scheduler, checkpoints)
     resumed_from = state.get("checkpoint")
+    picker.load(state.get("picker", {}))
     log: list[dict[str, Any]] = state.get("log", [])
     tally = {"unrated": state.get("unrated", 0), "no_signal": state.get("no_signal", 0)}
 
@@ -348,52 +415,40 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
         show(len(log))
         for step in range(len(log) + 1, config.max_steps + 1):
             t0 = time.perf_counter()
-            # 1-2. the step's group starts, each played group_size times (different seeds), concurrently
-            n = len(rollout.setups)
-            firsts = [
-                rollout.setups[((step - 1) * config.groups_per_step + g) % n] for g in range(config.groups_per_step)
-            ]
-            starts = [
-                (setup, config.seed + 10_000 * step + 100 * g + i)
-                for g, setup in enumerate(firsts)
-                for i in range(config.group_size)
-            ]
-            model.eval()
-            size = config.group_size * config.groups_per_step
-            backend = policy_backend(model, tokenizer, policy_spec, size, torch_thread)
-            episodes = asyncio.run(play_many(rollout, backend, starts, tokenizer))
-            # 3-4. rewards and group advantages
-            rewards = [e.reward for e in episodes]
-            advantages: list[float | None] = []
-            for g in range(config.groups_per_step):
-                group = group_advantages(rewards[g * config.group_size : (g + 1) * config.group_size])
-                tally["no_signal"] += all(not a for a in group)
-                advantages.extend(group)
-            unrated = sum(r is None for r in rewards)
-            tally["unrated"] += unrated
-            # 5-6. one update on every generation of the episodes with a nonzero advantage
-            trained = [(s, a) for e, a in zip(episodes, advantages, strict=True) if a for s in e.samples]
-            update = torch_thread.submit(update_policy, model, optimizer, trained, config.beta, config.batch_size)
-            loss_value, kl_sum, tokens = update.result()
-            rated = [r for r in rewards if r is not None]
-            log.append(
-                {
-                    "step": step,
-                    "reward": statistics.fmean(rated) if rated else None,
-                    "loss": loss_value,
-                    "kl": kl_sum / tokens if tokens else 0.0,
-                    "turns": statistics.fmean(len(e.log.turns) for e in episodes if e.log) if rated else None,
-                    "episodes": len(episodes),
-                    "unrated": unrated,
-                    "trained_sequences": len(trained),
-                    "seconds": round(time.perf_counter() - t0, 2),
-                }
+            reset_peak_rss()
+            backend = policy_backend(
+                model, tokenizer, policy_spec, config.group_size * config.groups_per_step, torch_thread
             )
+            # 1-3. groups until enough carry signal (or the resampling bound is reached)
+            groups, skipped, played = play_groups(config, rollout, picker, backend, step)
+            signal = [g for g in groups if g[1]]
+            tally["no_signal"] += len(groups) - len(signal)
+            # 4. advantages
+            rewards = [[e.reward.value for e in episodes] for episodes, _ in groups]
+            advantages = step_advantages(rewards, config.scale_rewards)
+            trained = [
+                (sample, a)
+                for (episodes, _), group_adv in zip(groups, advantages, strict=True)
+                for episode, a in zip(episodes, group_adv, strict=True)
+                if a
+                for sample in episode.samples
+            ]
+            # 5. the update
+            update = torch_thread.submit(update_policy, model, optimizer, trained, config)
+            loss_value, stats, tokens = update.result()
+            scheduler.step()  # once per GRPO step, whether or not it trained
+            # 6. the log
+            episodes = [e for eps, _ in groups for e in eps]
+            tally["unrated"] += sum(e.reward.value is None for e in episodes)
+            log.append(step_row(step, episodes, groups, skipped, played, trained, loss_value, stats, tokens, t0))
             show(len(log), step_line(log[-1]))
             if step % config.save_steps == 0 or step == config.max_steps:
-                save_checkpoint(model, optimizer, checkpoints, step, {"log": log, **tally}, config.save_total_limit)
+                state = {"log": log, **tally, "picker": picker.state()}
+                save_checkpoint(model, optimizer, scheduler, checkpoints, step, state, config.save_total_limit)
 
     model.eval()
+    if REF_ADAPTER in getattr(model, "peft_config", {}):
+        model.delete_adapter(REF_ADAPTER)  # the model spec holds the trained adapter only
     save_model_spec(model, tokenizer, out, config.base_model)
     release_backends({rollout.partner}, keep=getattr(rollout.evaluator, "backend", None))  # a model partner's weights
     result = GRPOResult(
@@ -416,17 +471,87 @@ def train_episode_grpo(config: GRPOStageConfig) -> GRPOResult:
     return result
 
 
-# -- checkpoints ------------------------------------------------------------------------------------------------
+Group = tuple[list[Episode], bool]  # the group's episodes, and whether it carried signal
 
 
-def save_checkpoint(model: Any, optimizer: Any, checkpoints: Path, step: int, state: dict, keep: int) -> None:
-    """``checkpoints/step-N``: the adapter, the optimizer and ``state.json`` (written last: a checkpoint without
-    it is incomplete and ignored). Only the newest ``keep`` are kept."""
+def play_groups(
+    config: EpisodeGRPOConfig, rollout: Rollout, picker: StartPicker, backend: Any, step: int
+) -> tuple[list[Group], int, int]:
+    """The step's groups (played concurrently, ``group_size`` seeds per start), the starts skipped, and the
+    groups played; with dynamic sampling, rounds of extra groups replace those without signal, up to
+    ``max_resample_groups`` extra groups."""
+    groups: list[Group] = []
+    skipped_total, extra = 0, 0
+    wanted = config.groups_per_step
+    while wanted > 0:
+        starts, skipped = picker.pick(wanted, step)
+        skipped_total += skipped
+        seeds = [
+            (rollout.setups[start], config.seed + 10_000 * step + 100 * (len(groups) + g) + i)
+            for g, start in enumerate(starts)
+            for i in range(config.group_size)
+        ]
+        episodes = asyncio.run(play_many(rollout, backend, seeds))
+        for g, start in enumerate(starts):
+            group = episodes[g * config.group_size : (g + 1) * config.group_size]
+            groups.append((group, picker.record(start, step, [e.reward for e in group])))
+        if not config.dynamic_sampling:
+            break
+        missing = config.groups_per_step - sum(signal for _, signal in groups)
+        wanted = min(missing, config.max_resample_groups - extra)
+        extra += max(wanted, 0)
+    return groups, skipped_total, len(groups)
+
+
+def step_row(
+    step: int,
+    episodes: Sequence[Episode],
+    groups: Sequence[Group],
+    skipped: int,
+    played: int,
+    trained: Sequence[tuple[Sample, float]],
+    loss_value: float,
+    stats: LossStats,
+    tokens: int,
+    t0: float,
+) -> dict[str, Any]:
+    """One step's line in the log."""
+    rated = [e.reward.value for e in episodes if e.reward.value is not None]
+    verdicts = [e.reward.success for e in episodes if e.reward.success is not None]
+    played_logs = [e.log for e in episodes if e.log is not None]
+    return {
+        "step": step,
+        "reward": statistics.fmean(rated) if rated else None,
+        "success": statistics.fmean(verdicts) if verdicts else None,
+        "loss": loss_value,
+        **stats.per_token(tokens),
+        "zero_std_groups": round(sum(not s for _, s in groups) / len(groups), 4),
+        "groups": played,
+        "skipped_starts": skipped,
+        "turns": statistics.fmean(len(log.turns) for log in played_logs) if played_logs else None,
+        "episodes": len(episodes),
+        "unrated": sum(e.reward.value is None for e in episodes),
+        "calls": sum(e.calls for e in episodes),
+        "trained_sequences": len(trained),
+        "tokens": tokens,
+        "peak_rss_mb": peak_rss_mb(),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+# -- checkpoints --------------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(
+    model: Any, optimizer: Any, scheduler: Any, checkpoints: Path, step: int, state: dict, keep: int
+) -> None:
+    """``checkpoints/step-N``: the trained adapter, the optimizer and scheduler, and ``state.json`` (written last:
+    a checkpoint without it is incomplete and ignored). Only the newest ``keep`` are kept."""
     import torch
 
     where = checkpoints / f"step-{step}"
-    model.save_pretrained(str(where))
-    torch.save(optimizer.state_dict(), where / "optimizer.pt")
+    model.save_pretrained(str(where), selected_adapters=["default"])  # not the frozen reference
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, where / "optimizer.pt")
     (where / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
     for old in _checkpoints(checkpoints)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -437,8 +562,8 @@ def _checkpoints(checkpoints: Path) -> list[Path]:
     return sorted(done, key=lambda p: int(p.name.removeprefix("step-")))
 
 
-def resume(model: Any, optimizer: Any, checkpoints: Path) -> dict:
-    """Load the newest complete checkpoint into ``model`` and ``optimizer``; its state (empty when none)."""
+def resume(model: Any, optimizer: Any, scheduler: Any, checkpoints: Path) -> dict:
+    """Load the newest complete checkpoint into the model, optimizer and scheduler; its state (empty when none)."""
     import torch
     from peft import set_peft_model_state_dict
     from peft.utils import load_peft_weights
@@ -448,12 +573,16 @@ def resume(model: Any, optimizer: Any, checkpoints: Path) -> dict:
         return {}
     last = found[-1]
     set_peft_model_state_dict(model, load_peft_weights(str(last)))
-    optimizer.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
+    saved = torch.load(last / "optimizer.pt", weights_only=True)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
     return {**json.loads((last / STATE_FILE).read_text()), "checkpoint": str(last)}
 
 
 def step_line(row: dict[str, Any]) -> str:
-    """The progress bar's label after a step: its reward, KL, turns and unrated episodes."""
+    """The progress bar's label after a step."""
     reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
-    turns = "-" if row["turns"] is None else f"{row['turns']:.1f}"
-    return f"episode GRPO  reward {reward}  kl {row['kl']:.4f}  turns {turns}  unrated {row['unrated']}"
+    return (
+        f"episode GRPO  reward {reward}  approx_kl {row['approx_kl']:.4f}  clip {row['clipped']:.3f}  "
+        f"no-signal groups {row['zero_std_groups']:.2f}  unrated {row['unrated']}"
+    )

@@ -19,15 +19,13 @@ Every logged step is kept in ``output_dir/grpo_result.json`` (``GRPOResult.log``
 from __future__ import annotations
 
 import functools
-import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sotopia_env.model_ref import read_model_ref
-from sotopia_env.training.rl.tasks import RewardFunc, build_task
-from sotopia_env.training.trainer import (
+from sotopia_env.training.base_config import BaseTrainConfig
+from sotopia_env.training.model_setup import (
     CHECKPOINTS_DIR,
     adapter_setup,
     decide_precision,
@@ -39,66 +37,41 @@ from sotopia_env.training.trainer import (
     save_adapter_spec,
     training_args,
 )
-
-RESULT_FILE = "grpo_result.json"
+from sotopia_env.training.rl.tasks import RewardFunc, build_task
+from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 
 
 @dataclass
-class GRPOStageConfig:
-    """How to run GRPO. ``None`` for ``bf16``/``qlora`` means: decide from the hardware (as ``TrainConfig``)."""
+class GRPOStageConfig(BaseTrainConfig):
+    """Text GRPO on TRL's ``GRPOTrainer``: the shared fields of ``BaseTrainConfig`` and these. GRPO on whole
+    episodes is another trainer with its own config (``training.episode_grpo.EpisodeGRPOConfig``)."""
 
-    __pydantic_config__ = {"extra": "forbid"}  # unknown keys in a YAML config are errors
-
+    output_dir: str = "outputs/grpo"
     task: str = "socialiqa"  # a registered task (training.rl.task_names())
     data: str | None = None  # the task's data file
     max_items: int | None = None  # use only the first N items
     task_options: dict[str, Any] = field(default_factory=dict)  # the task's own options (social_turns: judge)
-    base_model: str = "smollm2-135m"  # alias, hub id, model dir, or a trained model spec (BC/SR output dir)
-    init_adapter: str | None = None  # continue this LoRA adapter (set from a trained model spec)
-    output_dir: str = "outputs/grpo"
     lora_r: int = 8
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: list[str] | str = "all-linear"
     learning_rate: float = 5e-6
     lr_scheduler_type: str = "constant"
-    num_epochs: float = 1.0
-    max_steps: int = -1  # > 0 overrides num_epochs
+    num_epochs: float = 1.0  # max_steps > 0 overrides it
     batch_size: int = 4  # completions per device per step; batch_size * grad_accum must divide by num_generations
     grad_accum: int = 1
     num_generations: int = 4  # completions per prompt (the GRPO group)
-    beta: float = 0.04  # KL weight (0: no reference model)
+    beta: float = 0.04  # KL weight towards the starting policy (a frozen copy of a continued adapter); 0: none
     temperature: float = 0.9
     max_completion_length: int = 256
     loss_type: str = "dapo"  # TRL's: grpo, dr_grpo, dapo, bnpo, ...
+    scale_rewards: str = "group"  # TRL's: group, batch or none
     use_vllm: bool = False  # generate with vLLM (pip install vllm; CUDA only)
     vllm_mode: Literal["colocate", "server"] = "colocate"  # colocate: in this process; server: `trl vllm-serve`
-    seed: int = 0
-    gradient_checkpointing: bool = False
-    bf16: bool | None = None
-    qlora: bool | None = None
-    save_steps: int = 50
-    save_total_limit: int = 2
-    logging_steps: int = 1
-    progress: bool = True
     extra_args: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
-    # task "episodes" only (training.episode_grpo): whole episodes in SocialEnv as rollouts
-    partner: str = "rule-partner"  # any agent spec, or "policy": a frozen copy of the starting policy
-    group_size: int = 4  # episodes per group (same start, different sampling seeds)
-    groups_per_step: int = 1  # groups (starts) per GRPO step
-    max_turns: int = 8  # the env's turn limit
-    scenarios: str = "verifiable:train"  # a scenario selector
-    scenarios_dir: list[str] = field(default_factory=list)  # extra scenario YAML folders
-    evaluator: str = "verifiable"  # an evaluator spec: its goal rating of the policy's seat is the reward
-    seat: int = 0  # the policy's seat (0: first)
-    turn_reward: float = 0.0  # per-turn shaping, added once per policy turn (negative: shorter episodes)
-    constrained: bool = True  # the policy's actions are schema-constrained (as LLMAgent's are by default)
-    api_base: str | None = None  # serves the partner and the evaluator (the policy generates locally)
-
-    full_finetune = False  # GRPO trains a LoRA (read by the shared precision/adapter helpers)
 
     def __post_init__(self) -> None:
-        for name in ("lora_r", "batch_size", "grad_accum", "save_steps", "logging_steps", "max_completion_length"):
+        super().__post_init__()
+        if self.task == "episodes":
+            raise ValueError("task 'episodes' is episode GRPO: use training.episode_grpo.EpisodeGRPOConfig")
+        for name in ("batch_size", "grad_accum", "max_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.num_generations < 2:
@@ -112,46 +85,10 @@ class GRPOStageConfig:
             raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
         if self.beta < 0 or self.temperature <= 0:
             raise ValueError("beta must be 0 or more and temperature positive")
-        if self.group_size < 2 or self.groups_per_step < 1 or self.max_turns < 1 or self.seat not in (0, 1):
-            raise ValueError("group_size must be at least 2, groups_per_step and max_turns at least 1, seat 0 or 1")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
         if self.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"vllm_mode must be 'colocate' or 'server', not {self.vllm_mode!r}")
-
-    def starting_from(self, policy: str) -> GRPOStageConfig:
-        """This config starting from ``policy``: a trained model spec continues its adapter."""
-        import dataclasses
-
-        base, adapter = read_model_ref(policy)
-        return dataclasses.replace(self, base_model=base, init_adapter=adapter)
-
-
-@dataclass
-class GRPOResult:
-    model_dir: str  # a model spec
-    task: str
-    steps: int
-    prompts: int
-    rewards: list[float | None]  # mean reward of every logged step (None: every reward was None)
-    none_rewards: int  # reward values that were None, over the whole run
-    unscorable_batches: int  # generation batches where every reward was None (skipped: no gradient)
-    seconds: float
-    resumed_from: str | None = None
-    qlora: bool = False
-    bf16: bool = False
-    log: list[dict[str, Any]] = field(default_factory=list)  # TRL's log of every step
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2))
-
-    def dataset(self) -> str:
-        """What it trained on, in words (task ``episodes``: its ``prompts`` are group starts)."""
-        return f"{self.task}: {self.prompts} {'starts' if self.task == 'episodes' else 'prompts'}"
-
-    def none_note(self) -> str:
-        """The ``None`` rewards and skipped updates, in words (task ``episodes``: unrated episodes, groups)."""
-        if self.task == "episodes":
-            return f"unrated episodes: {self.none_rewards}, groups without signal skipped: {self.unscorable_batches}"
-        return f"None rewards: {self.none_rewards}, unscorable batches skipped: {self.unscorable_batches}"
 
 
 @dataclass
@@ -188,10 +125,6 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     """GRPO on ``config.task``; see the module docstring."""
     from sotopia_env.embedded_models import resolve_model_path
 
-    if config.task == "episodes":
-        from sotopia_env.training.episode_grpo import train_episode_grpo
-
-        return train_episode_grpo(config)
     started = time.perf_counter()
     if config.init_adapter is None:
         config = config.starting_from(config.base_model)  # a BC/SR output dir: continue its adapter
@@ -205,7 +138,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     rewards = [counting_nones(func, tally) for func in task.rewards]
 
     # 2. precision, tokenizer, the model to train (a new LoRA or the adapter being continued)
-    bf16, qlora = decide_precision(config)  # the fields TrainConfig shares
+    bf16, qlora = decide_precision(config)
     base_path = resolve_model_path(config.base_model)
     tokenizer = load_tokenizer(base_path, config.init_adapter)
     model = load_model(base_path, bf16, qlora, config.gradient_checkpointing)
@@ -258,6 +191,7 @@ def grpo_config(config: GRPOStageConfig, output_dir: Path, bf16: bool):
         temperature=config.temperature,
         max_completion_length=config.max_completion_length,
         loss_type=config.loss_type,
+        scale_rewards=config.scale_rewards,
         use_vllm=config.use_vllm,
         vllm_mode=config.vllm_mode,
         **config.extra_args,

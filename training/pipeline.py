@@ -34,7 +34,8 @@ from sotopia_env.training.context import StageContext, StageResult
 from sotopia_env.training.distributed import is_main_process
 from sotopia_env.training.evaluate import eval_name, run_eval, stage_report
 from sotopia_env.training.rl_stage import run_rl
-from sotopia_env.training.sr import run_sr_round, stage_name
+from sotopia_env.training.sr import run_sr_round
+from sotopia_env.training.stages import trained_stages
 
 STATE_FILE = "state.json"
 
@@ -73,16 +74,6 @@ class PipelineState:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"stages": self.stages}, indent=2))
         os.replace(tmp, self.path)
-
-
-def trained_stages(config: PipelineConfig) -> list[str]:
-    """``base``, then ``bc`` (if enabled), ``sr1`` .. ``srN``, ``rl`` (with an rl section): the policies made."""
-    return [
-        "base",
-        *(["bc"] if config.bc.enabled else []),
-        *(stage_name(k) for k in range(1, config.sr.rounds + 1)),
-        *(["rl"] if config.rl is not None else []),
-    ]
 
 
 def plan(config: PipelineConfig) -> list[str]:

@@ -19,11 +19,8 @@ from sotopia_env.episodes.jobs import self_play_jobs
 from sotopia_env.model_ref import MODEL_REF, read_model_ref
 from sotopia_env.training.context import StageContext, StageResult, batch_counts
 from sotopia_env.training.dataset import build_dataset
+from sotopia_env.training.stages import stage_name
 from sotopia_env.training.trainer import train
-
-
-def stage_name(round_: int) -> str:
-    return f"sr{round_}"
 
 
 def run_sr_round(ctx: StageContext, round_: int, policy: str) -> StageResult:

@@ -20,6 +20,20 @@ Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its 
 message and conversation, so only the new part of each prompt is prefilled; ``prefix_cache_mb=0`` turns
 that off. ``stats.prefix_reused_tokens`` counts the prompt tokens not recomputed.
 
+A request with ``logprobs=True`` gets what was sampled in ``meta``: ``prompt_ids`` (its prompt's ids, no
+padding), ``token_ids`` (the sampled ids, the stop token included when ``finish_reason == "stop"``; never
+re-tokenised text: under a grammar the model may pick a split the tokenizer would not), ``logprobs`` (per token,
+log-softmax(raw logits / T), T the sampling temperature or 1 when greedy: the unconstrained policy's value, the
+one a training forward pass recomputes) and ``sampler_logprobs`` (under the distribution the token was drawn
+from: after the repetition penalty, the grammar mask and its closing steer, no-copy, temperature, top-k and
+top-p; 0.0 for greedy rows, whose token was the argmax). Two ``_Recorder`` processors take them, each keeping
+one step's [rows, vocab] log-softmax until the next step names the token: the first in the processor list sees
+the raw logits; the last, when sampling, sees the final distribution, since the batch then applies temperature,
+top-k and top-p itself ahead of it (generate appends its own warpers after the processors passed in, so it is
+asked for none). The tokens sampled are the same as without recording, seed for seed. Models whose generation
+config adds other logits processors of generate's own cannot be recorded (such a request fails as a bad request),
+except for a default repetition penalty, which is moved behind the first recorder.
+
 Seeding is per batch: when any request in a batch has a ``seed``, torch is seeded
 with the first such seed before the batch runs. Sampled outputs therefore depend
 on which requests share the batch.
@@ -46,6 +60,9 @@ from transformers import (
     RepetitionPenaltyLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
 )
 
 from sotopia_env.backends import prefix_cache
@@ -224,6 +241,8 @@ class LocalBackend:
                 try:
                     if request.max_new_tokens < 1:
                         raise ValueError("max_new_tokens must be at least 1")
+                    if request.logprobs:
+                        self._check_recordable(sampled=request.temperature > 0)
                     prompt = self._prompt(request.messages)
                     grammar = self._constraint(request)
                 except Exception as exc:
@@ -259,14 +278,36 @@ class LocalBackend:
         layout, cache = prefix_cache.assemble(self.lm, tokens, hits, int(self.tokenizer.pad_token_id))
         prompt_len = layout.width
         limits = [r.max_new_tokens for r in requests]
+        first = requests[0]  # the batch's sampling settings (``_sampling_key``)
+        sampled = first.temperature > 0
+        recording = any(r.logprobs for r in requests)
         processors = LogitsProcessorList()
-        if requests[0].repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
-            processors.append(RepetitionPenaltyLogitsProcessor(requests[0].repetition_penalty, prompt_len))
+        policy: _Recorder | None = None  # the unconstrained policy's log-probabilities (raw logits / temperature)
+        sampler: _Recorder | None = None  # those of the distribution each token was drawn from
+        sampling = self._sampling_kwargs(first)
+        if recording:  # see the module docstring; the sampled tokens are the same as without recording
+            temperature = first.temperature if sampled else 1.0
+            policy = _Recorder(len(requests), max(limits), prompt_len, self.device, temperature)
+            processors.append(policy)
+            default_penalty = self.lm.generation_config.repetition_penalty
+            if first.repetition_penalty == 1.0 and default_penalty not in (None, 1.0):
+                # generate would put the model's default penalty (prompt included) ahead of the recorder; ours
+                # goes right after it instead, built as generate builds it
+                pads = (layout.attention_mask != 0).int().argmax(dim=1)
+                processors.append(RepetitionPenaltyLogitsProcessor(float(default_penalty), prompt_ignore_length=pads))
+            sampling["repetition_penalty"] = 1.0
+        if first.repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
+            processors.append(RepetitionPenaltyLogitsProcessor(float(first.repetition_penalty), prompt_len))
         if any(g is not None for g in grammars):
             processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers))
         if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
             tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
             processors.append(NoCopy(tables, prompt_len))
+        if recording and sampled:  # generate's own warpers would come after the last recorder: ours instead
+            processors.extend(self._warpers(first))
+            sampling.update(temperature=1.0, top_k=0, top_p=1.0)
+            sampler = _Recorder(len(requests), max(limits), prompt_len, self.device)
+            processors.append(sampler)
         stopping = StoppingCriteriaList([_RowLimits(limits, prompt_len)]) if len(set(limits)) > 1 else None
         seed = next((r.seed for r in requests if r.seed is not None), None)
         if seed is not None:
@@ -277,13 +318,22 @@ class LocalBackend:
                 input_ids=layout.input_ids,
                 attention_mask=layout.attention_mask,
                 **({self._cache_kwarg: cache} if self._prefix is not None else {}),
-                **self._sampling_kwargs(requests[0]),
+                **sampling,
                 max_new_tokens=max(limits),
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=sorted(self._stop_ids),
                 logits_processor=processors,
                 stopping_criteria=stopping,
             )
+        recorded: list[dict[str, list[Any]] | None] = [None] * len(requests)
+        if policy is not None:
+            logprobs = policy.finish(out).cpu().tolist()
+            # a greedy row's token is the argmax of what it was chosen from: probability one
+            chosen = sampler.finish(out).cpu().tolist() if sampler is not None else [[0.0] * max(limits)] * len(out)
+            recorded = [
+                {"prompt_ids": t.tolist(), "logprobs": lp, "sampler_logprobs": sp} if r.logprobs else None
+                for r, t, lp, sp in zip(requests, tokens, logprobs, chosen, strict=True)
+            ]
         latency = time.perf_counter() - start
         if self._prefix is not None:
             self.stats.prefix_reused_tokens += sum(h.length for h in hits)
@@ -296,30 +346,72 @@ class LocalBackend:
                 constrained=grammars[row] is not None,
                 latency=latency,
                 batch_size=len(requests),
+                recorded=recorded[row],
             )
             for row, limit in enumerate(limits)
         ]
 
     def _completion(
-        self, tokens: list[int], prompt_tokens: int, *, constrained: bool, latency: float, batch_size: int
+        self,
+        tokens: list[int],
+        prompt_tokens: int,
+        *,
+        constrained: bool,
+        latency: float,
+        batch_size: int,
+        recorded: dict[str, list[Any]] | None = None,
     ) -> Completion:
-        """One row's output: up to (not including) the first stop token, or all of it when the limit cut it."""
+        """One row's output: up to (not including) the first stop token, or all of it when the limit cut it.
+        ``recorded`` (a row that asked for ``logprobs``) adds the ids and their log-probabilities to ``meta``."""
         end = next((k for k, t in enumerate(tokens) if t in self._stop_ids), None)
         finish = "length" if end is None else "stop"
+        sampled = tokens if end is None else tokens[: end + 1]  # the stop token was sampled too
         tokens = tokens if end is None else tokens[:end]
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         if finish == "length" and constrained and not _is_json(text):
             self.stats.json_truncated += 1
         self.stats.prompt_tokens += prompt_tokens
         self.stats.completion_tokens += len(tokens)
-        meta = {"finish_reason": finish, "batch_size": batch_size, "constrained": constrained}
+        meta: dict[str, Any] = {"finish_reason": finish, "batch_size": batch_size, "constrained": constrained}
+        if recorded is not None:
+            n = len(sampled)
+            meta.update(
+                prompt_ids=recorded["prompt_ids"],
+                token_ids=sampled,
+                logprobs=recorded["logprobs"][:n],
+                sampler_logprobs=recorded["sampler_logprobs"][:n],
+            )
         return Completion(text, prompt_tokens, len(tokens), latency, meta=meta)
 
     def _sampling_kwargs(self, request: ChatRequest) -> dict[str, Any]:
         if request.temperature <= 0:
             return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
-        top_k = self.lm.generation_config.top_k or 0  # the model's own default if it has one; else none
+        top_k = self._top_k()
         return {"do_sample": True, "temperature": request.temperature, "top_p": request.top_p, "top_k": top_k}
+
+    def _top_k(self) -> int:
+        return int(self.lm.generation_config.top_k or 0)  # the model's own default if it has one; else none
+
+    def _warpers(self, request: ChatRequest) -> list[LogitsProcessor]:
+        """The temperature, top-k and top-p warpers generate itself would add for ``request``, in its order."""
+        warpers: list[LogitsProcessor] = []
+        if request.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(float(request.temperature)))
+        if self._top_k() != 0:
+            warpers.append(TopKLogitsWarper(top_k=self._top_k(), min_tokens_to_keep=1))
+        if request.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p=float(request.top_p), min_tokens_to_keep=1))
+        return warpers
+
+    def _check_recordable(self, sampled: bool) -> None:
+        """Raise when the model's generation config makes generate add logits processors that the recorders
+        cannot stand around (ahead of the first, or, sampling, after the last); see ``_Recorder``."""
+        config = self.lm.generation_config
+        found = [name for name, is_set in _ADDED_AHEAD.items() if is_set(getattr(config, name, None))]
+        if sampled:
+            found += [name for name, is_set in _ADDED_AFTER.items() if is_set(getattr(config, name, None))]
+        if found:
+            raise ValueError(f"logprobs cannot be recorded with this model's generation config: {', '.join(found)}")
 
     def _prompt(self, messages: list[dict[str, str]]) -> str:
         return prompt_text(messages, self.tokenizer)
@@ -441,6 +533,71 @@ class _GrammarMask(LogitsProcessor):
             target, self.bitmask.to(target.device), vocab_size=self.vocab_size, indices=active
         )
         return cast(torch.FloatTensor, target.to(scores.device))
+
+
+class _Recorder(LogitsProcessor):
+    """Records, per row and step, the log-probability of the sampled token under the scores this processor sees
+    (divided by ``temperature``), without changing them.
+
+    A step's token is only known at the next call (``input_ids[:, -1]``), so each call keeps the current step's
+    log-softmax ([rows, vocab]: memory stays O(rows x vocab), whatever the length) and gathers the previous
+    step's; ``finish`` gathers the final step's from generate's output. Placed first, it sees the raw logits;
+    placed last, the distribution the token is drawn from.
+    """
+
+    def __init__(self, rows: int, steps: int, prompt_len: int, device: torch.device, temperature: float = 1.0) -> None:
+        self.values = torch.zeros(rows, steps, device=device)
+        self.prompt_len = prompt_len
+        self.temperature = float(temperature)
+        self._pending: torch.Tensor | None = None
+        self._pending_step = -1
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_len
+        self._gather(input_ids, step)
+        scaled = scores if self.temperature == 1.0 else scores / self.temperature
+        self._pending = torch.log_softmax(scaled.float(), dim=-1)
+        self._pending_step = step
+        return scores
+
+    def _gather(self, input_ids: torch.Tensor, step: int) -> None:
+        """Record the token at ``step - 1`` (the last of ``input_ids``) under the distribution kept for it."""
+        if self._pending is not None and self._pending_step == step - 1 and 0 < step <= self.values.shape[1]:
+            self.values[:, step - 1] = self._pending.gather(1, input_ids[:, -1:].to(self._pending.device)).squeeze(1)
+        self._pending = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[rows, steps] log-probabilities, once generate returned ``sequences`` (prompt and reply)."""
+        self._gather(sequences, sequences.shape[1] - self.prompt_len)  # a no-op when generate undid a step
+        return self.values
+
+
+# Generation-config settings from which generate builds logits processors of its own (transformers'
+# ``GenerationMixin._get_logits_processor``): those ahead of the processors passed in (where the first recorder
+# must see raw logits), and, when sampling, the warpers after them (beyond temperature, top-k and top-p, which
+# ``_warpers`` rebuilds ahead of the last recorder). The model's default repetition penalty is moved instead.
+_ADDED_AHEAD: dict[str, Any] = {
+    "guidance_scale": lambda v: v is not None and v != 1,
+    "sequence_bias": lambda v: v is not None,
+    "no_repeat_ngram_size": lambda v: bool(v),
+    "bad_words_ids": lambda v: v is not None,
+    "min_length": lambda v: bool(v),
+    "min_new_tokens": lambda v: bool(v),
+    "forced_bos_token_id": lambda v: v is not None,
+    "forced_eos_token_id": lambda v: v is not None,
+    "remove_invalid_values": lambda v: v is True,
+    "exponential_decay_length_penalty": lambda v: v is not None,
+    "suppress_tokens": lambda v: v is not None,
+    "begin_suppress_tokens": lambda v: v is not None,
+}
+_ADDED_AFTER: dict[str, Any] = {
+    "top_h": lambda v: v is not None,
+    "min_p": lambda v: v is not None,
+    "typical_p": lambda v: v is not None and v < 1.0,
+    "epsilon_cutoff": lambda v: v is not None and 0.0 < v < 1.0,
+    "eta_cutoff": lambda v: v is not None and 0.0 < v < 1.0,
+    "watermarking_config": lambda v: v is not None,
+}
 
 
 class _RowLimits(StoppingCriteria):

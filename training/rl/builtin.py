@@ -19,7 +19,7 @@ from sotopia_env.jsonl import json_lines
 from sotopia_env.training.rewards.social_r1 import SocialR1Config, social_r1_scores
 from sotopia_env.training.rewards.socialiqa import build_prompt, load_socialiqa, make_socialiqa_rewards
 from sotopia_env.training.rewards.user_sim import LABELS, item_selection_reward
-from sotopia_env.training.rl.tasks import RLTask, TaskError, register_task
+from sotopia_env.training.rl.registry import RLTask, TaskError, register_task
 from sotopia_env.validation import field_problem
 
 

@@ -36,7 +36,7 @@ from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluation import run_to_completion
 from sotopia_env.profiles import VerifiableFacts
 from sotopia_env.training.rewards._text import completion_text
-from sotopia_env.training.rl.tasks import RLTask, TaskError, register_task
+from sotopia_env.training.rl.registry import RLTask, TaskError, register_task
 from sotopia_env.verifiable import PARTNER_SEAT, outcome_after
 
 if TYPE_CHECKING:

@@ -16,51 +16,16 @@ Plug a new task in with ``@register_task("name")`` on a builder; ``training.rl.b
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from sotopia_env.errors import UserError
+import sotopia_env.training.rl.builtin  # noqa: F401  (registers the built-in tasks)
+import sotopia_env.training.rl.social_turns  # noqa: F401
+from sotopia_env.training.rl.registry import _TASKS, RewardFunc, RLTask, TaskError, register_task
 
-RewardFunc = Callable[..., list[float | None]]
-TaskBuilder = Callable[..., "RLTask"]  # (data, max_items, **options) -> RLTask
-
-
-class TaskError(UserError, ValueError):
-    """A task that cannot be built: an unknown name, a missing or malformed data file (named, with the line)."""
-
-
-@dataclass(frozen=True)
-class RLTask:
-    name: str
-    dataset: Any  # datasets.Dataset: a chat-form "prompt" column plus the columns the rewards need
-    rewards: list[RewardFunc]
-
-    def __post_init__(self) -> None:
-        if len(self.dataset) == 0:
-            raise TaskError(f"task {self.name!r}: its dataset is empty (no items in the data file?)")
-        if "prompt" not in self.dataset.column_names:
-            raise TaskError(f"task {self.name!r}: its dataset has no 'prompt' column")
-        if not self.rewards:
-            raise TaskError(f"task {self.name!r}: no reward functions")
-
-
-_TASKS: dict[str, TaskBuilder] = {}
-
-
-def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
-    """Decorator: register ``builder(data, max_items, **options) -> RLTask`` under ``name`` (a later one replaces
-    it)."""
-
-    def register(builder: TaskBuilder) -> TaskBuilder:
-        _TASKS[name] = builder
-        return builder
-
-    return register
+__all__ = ["RLTask", "RewardFunc", "TaskError", "build_task", "register_task", "task_names"]
 
 
 def task_names() -> list[str]:
-    _load_builtin()
     return sorted(_TASKS)
 
 
@@ -70,7 +35,6 @@ def build_task(
     """The registered task ``name`` on ``data`` (its first ``max_items`` items if given), with ``options``."""
     import inspect
 
-    _load_builtin()
     if name not in _TASKS:
         raise TaskError(f"unknown RL task {name!r} (tasks: {', '.join(sorted(_TASKS))})")
     builder = _TASKS[name]
@@ -79,8 +43,3 @@ def build_task(
     except TypeError as exc:
         raise TaskError(f"task {name!r}: bad task_options ({exc})") from None
     return builder(data, max_items, **(options or {}))
-
-
-def _load_builtin() -> None:
-    import sotopia_env.training.rl.builtin  # noqa: F401  (registers the built-in tasks)
-    import sotopia_env.training.rl.social_turns  # noqa: F401

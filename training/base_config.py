@@ -1,0 +1,54 @@
+"""The fields every trainer shares: the model, the LoRA, the optimiser and its schedule, precision, checkpoints.
+
+``TrainConfig`` (SFT, ``training.trainer``), ``GRPOStageConfig`` (text GRPO on TRL, ``training.grpo``) and
+``EpisodeGRPOConfig`` (GRPO on whole episodes, ``training.episode_grpo``) extend ``BaseTrainConfig``, as TRL's
+configs extend ``TrainingArguments``. A subclass may change a default (GRPO trains a smaller LoRA at a lower
+learning rate); it never copies a field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sotopia_env.model_ref import read_model_ref
+
+
+@dataclass
+class BaseTrainConfig:
+    """What every trainer needs. ``None`` for ``bf16``/``qlora`` means: decide from the hardware (bf16 on CUDA;
+    4-bit QLoRA on CUDA when bitsandbytes is there)."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # unknown keys in a YAML config are errors
+
+    base_model: str = "smollm2-135m"  # alias, hub id, model dir, or a trained model spec (continued)
+    output_dir: str = "outputs/train"
+    init_adapter: str | None = None  # continue this LoRA adapter (set from a trained model spec)
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] | str = "all-linear"
+    learning_rate: float = 1e-4
+    lr_scheduler_type: str = "linear"
+    max_steps: int = -1  # > 0: the number of optimiser steps
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    bf16: bool | None = None
+    qlora: bool | None = None
+    save_steps: int = 50
+    save_total_limit: int = 2
+    logging_steps: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("lora_r", "save_steps", "save_total_limit", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.learning_rate < 0:
+            raise ValueError(f"learning_rate must not be negative, not {self.learning_rate}")
+
+    def starting_from(self, policy: str) -> Any:
+        """This config starting from ``policy``: a trained model spec continues its adapter."""
+        base, adapter = read_model_ref(policy)
+        return dataclasses.replace(self, base_model=base, init_adapter=adapter)

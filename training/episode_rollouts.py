@@ -1,0 +1,324 @@
+"""The rollouts of episode GRPO (``training.episode_grpo``): whole episodes of the policy against a partner, with
+exactly the token ids it sampled, the moves that earned credit, a reward, and the choice of group starts.
+
+- **Sampled ids.** The policy's backend is a ``LocalBackend`` asked for ``logprobs``: every completion carries the
+  ids it sampled (``token_ids``, the stop token included), their log-probabilities under the policy at the
+  sampling temperature (``logprobs``: the ratio's denominator) and under the distribution that really drew them
+  (``sampler_logprobs``: after the grammar mask, for the importance weight). A ``Sample`` holds those, never
+  re-tokenised text (under the grammar the model picks splits such as ``"`` + ``}`` that re-tokenise as ``"}``).
+- **Credit.** Only the completion that became a move is trained (``LLMAgent.last_reply``): retries and failed
+  calls get no gradient. On a verifiable scenario, the moves after the partner's deciding answer (a deal, or the
+  partner leaving) get none either: they could not change the outcome.
+- **Reward.** The evaluator's rating of the policy's seat (``None`` when unrated: no advantage, never 0), plus an
+  optional dense part on verifiable scenarios (``partial_credit``), capped so that success always dominates.
+- **Starts.** ``StartPicker`` hands out group starts with the scenario kinds interleaved (a step mixes kinds) and,
+  with dynamic sampling, skips a start whose last group had equal rewards (all won or all lost) for a few steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sotopia_env.actions import ActionType
+from sotopia_env.agents.base import Agent
+from sotopia_env.agents.llm import LLMAgent
+from sotopia_env.backends.base import Backend, ChatRequest, Completion, GenerationSettings
+from sotopia_env.env import EnvConfig
+from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.evaluation import Evaluator
+from sotopia_env.observation import Observation
+from sotopia_env.verifiable import PARTNER_SEAT, Talk, numbers_in, replay, slots_in, step
+
+
+class MissingSampledIds(RuntimeError):
+    """The policy's backend returned a completion without the ids it sampled (it must be a ``LocalBackend``)."""
+
+
+class RecordingBackend:
+    """Passes requests on with ``logprobs=True`` and keeps every ``(request, completion)``: one policy agent's
+    calls, retries included."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.calls: list[tuple[ChatRequest, Completion]] = []
+
+    async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        asked = [replace(r, logprobs=True) for r in requests]
+        out = await self.inner.generate(asked)
+        self.calls.extend(zip(asked, out, strict=True))
+        return out
+
+
+@dataclass
+class Sample:
+    """One generation of the policy as it was sampled: the prompt ids it saw, the ids it drew, and their
+    log-probabilities under the policy at the sampling temperature and under the sampler (grammar mask
+    included)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    sampler_logprobs: list[float]
+
+
+def sample_of(completion: Completion) -> Sample:
+    """The ``Sample`` a local backend's completion recorded; ``MissingSampledIds`` when it recorded none."""
+    meta = completion.meta
+    if "token_ids" not in meta:
+        raise MissingSampledIds(
+            "the policy's completion has no sampled token ids: episode GRPO needs a LocalBackend asked for logprobs"
+        )
+    return Sample(
+        list(meta["prompt_ids"]), list(meta["token_ids"]), list(meta["logprobs"]), list(meta["sampler_logprobs"])
+    )
+
+
+class CreditingAgent:
+    """Wraps the policy's ``LLMAgent`` and notes, per turn it played, the completion its move came from."""
+
+    def __init__(self, agent: LLMAgent) -> None:
+        self.agent = agent
+        self.moves: list[tuple[int, Completion]] = []  # (env turn, the completion that became the move)
+
+    def reset(self) -> None:
+        self.agent.reset()
+        self.moves.clear()
+
+    async def act(self, observation: Any) -> Any:
+        action = await self.agent.act(observation)
+        if self.agent.last_reply is not None:
+            self.moves.append((Observation.from_env(observation).turn, self.agent.last_reply))
+        return action
+
+
+def decided_turn(log: EpisodeLog) -> int | None:
+    """The turn of the partner's answer that decided a verifiable episode (a deal, or the partner leaving), as
+    the judge replays it; None when the scenario is not verifiable or nothing was decided before the end."""
+    facts = log.setup.scenario.verifiable
+    if facts is None:
+        return None
+    partner = log.setup.agent_names[PARTNER_SEAT]
+    talk, pending = Talk(), None
+    for turn in log.turns:
+        if turn.agent == partner:
+            step(facts, talk, pending)
+            pending = None
+            if talk.deal is not None or talk.closed:
+                return turn.turn
+        elif turn.action.action_type is not ActionType.none:
+            pending = turn.action
+    return None
+
+
+def credited_samples(log: EpisodeLog, moves: Sequence[tuple[int, Completion]]) -> list[Sample]:
+    """The samples of the moves that could shape the outcome: every move before the deciding answer."""
+    decided = decided_turn(log)
+    return [sample_of(c) for turn, c in moves if decided is None or turn < decided]
+
+
+def partial_credit(log: EpisodeLog, seat: int) -> float:
+    """0 or 1, from the transcript alone, on a verifiable scenario (0 elsewhere): bargaining, the learner made
+    a valid offer (one number in a speech); scheduling, it proposed one slot that it can make; persuasion, the
+    partner's concern was addressed (as the rules replay it)."""
+    facts = log.setup.scenario.verifiable
+    if facts is None:
+        return 0.0
+    learner, partner = log.setup.agent_names[seat], log.setup.agent_names[PARTNER_SEAT]
+    speeches = [t.action.argument for t in log.turns if t.agent == learner and t.action.action_type is ActionType.speak]
+    if facts.kind == "bargaining":
+        return float(any(len(numbers_in(s)) == 1 for s in speeches))
+    if facts.kind == "scheduling":
+        mine = {s.lower() for s in facts.agent_slots}
+        return float(any(len(n) == 1 and n[0].lower() in mine for n in (slots_in(s, facts.slots) for s in speeches)))
+    talk = replay(facts, ((t.agent == partner, t.action) for t in log.turns))
+    return float(talk.addressed)
+
+
+@dataclass
+class Reward:
+    value: float | None  # None: unrated (or failed): no advantage
+    success: bool | None = None  # the judge's verdict, where it gives one
+
+
+def episode_reward(
+    log: EpisodeLog, seat: int, dimension: str, turn_reward: float = 0.0, dense_reward: float = 0.0
+) -> Reward:
+    """The evaluator's ``dimension`` for the seat, plus ``turn_reward`` per turn it took, plus the dense part:
+    ``dense_reward`` for a success (so that success always dominates), ``dense_reward * partial_credit`` for a
+    failure. ``Reward(None)`` when unrated."""
+    agent = log.setup.agent_names[seat]
+    if log.rating is None or not log.rating.rated:
+        return Reward(None)
+    value = log.rating.reward(agent, dimension)
+    if math.isnan(value):
+        return Reward(None)
+    success = log.rating.ratings[agent].success if agent in log.rating.ratings else None
+    value += turn_reward * sum(t.agent == agent for t in log.turns)
+    if dense_reward:
+        value += dense_reward * (1.0 if success else partial_credit(log, seat))
+    return Reward(value, success)
+
+
+@dataclass
+class Episode:
+    log: EpisodeLog | None  # None: the episode could not be played (error)
+    reward: Reward
+    samples: list[Sample]  # the credited generations
+    calls: int = 0  # every call the policy made (retries and failures included)
+    error: str | None = None
+
+
+# -- playing ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """Everything a rollout needs besides the policy's backend."""
+
+    setups: list[EpisodeSetup]
+    seat: int
+    partner: str
+    evaluator: Evaluator | None
+    env: EnvConfig
+    settings: GenerationSettings
+    constrained: bool = True
+    api_base: str | None = None
+    turn_reward: float = 0.0
+    dense_reward: float = 0.0
+    partner_settings: GenerationSettings = field(default_factory=GenerationSettings)
+
+    def partner_agent(self) -> Agent:
+        from sotopia_env.agents.loading import load_agent
+
+        return load_agent(self.partner, settings=self.partner_settings, api_base=self.api_base)
+
+
+async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed: int) -> Episode:
+    """One episode of the policy (on ``backend``) in its seat against the partner, rated; its credited samples."""
+    from sotopia_env.episodes.runner import play
+
+    recorder = RecordingBackend(backend)
+    policy = CreditingAgent(
+        LLMAgent(recorder, settings=replace(rollout.settings, seed=seed), constrained=rollout.constrained)
+    )
+    try:
+        partner = rollout.partner_agent()
+        seats: list[Agent] = [partner, partner]
+        seats[rollout.seat] = policy
+        specs = [rollout.partner] * 2
+        specs[rollout.seat] = backend.model
+        log = await play(setup, seats, rollout.evaluator, rollout.env, specs, seed=seed)
+    except MissingSampledIds:
+        raise
+    except Exception as exc:  # a partner or judge that breaks: this episode is unrated, the run goes on
+        return Episode(None, Reward(None), [], len(recorder.calls), f"{type(exc).__name__}: {exc}")
+    reward = episode_reward(log, rollout.seat, rollout.env.reward_dimension, rollout.turn_reward, rollout.dense_reward)
+    return Episode(log, reward, credited_samples(log, policy.moves), len(recorder.calls))
+
+
+async def play_many(rollout: Rollout, backend: Backend, starts: Sequence[tuple[EpisodeSetup, int]]) -> list[Episode]:
+    """Every (setup, seed) concurrently: the policy's requests meet in the local backend's batches."""
+    return list(await asyncio.gather(*(play_one(rollout, backend, s, seed) for s, seed in starts)))
+
+
+def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int, executor: Executor) -> Backend:
+    """A local backend on the live model, a fresh one per step: its prefix cache holds this step's weights only.
+    It generates on ``executor``, the loop's one torch thread, where the updates run too."""
+    from sotopia_env.backends.local import LocalBackend
+
+    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=256, executor=executor)
+
+
+# -- group starts -------------------------------------------------------------------------------------------------
+
+
+def kind_of(setup: EpisodeSetup) -> str:
+    """A start's kind: the verifiable kind, else the scenario's first tag, else ``other``."""
+    facts = setup.scenario.verifiable
+    if facts is not None:
+        return str(facts.kind)
+    return setup.scenario.tags[0] if setup.scenario.tags else "other"
+
+
+def interleaved(setups: Sequence[EpisodeSetup], seed: int) -> list[int]:
+    """The indices of ``setups``, shuffled by ``seed`` within each kind, the kinds taken in turn."""
+    by_kind: dict[str, list[int]] = {}
+    for index, setup in enumerate(setups):
+        by_kind.setdefault(kind_of(setup), []).append(index)
+    rng = random.Random(seed)
+    queues = [rng.sample(ids, len(ids)) for _, ids in sorted(by_kind.items())]
+    order = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                order.append(queue.pop(0))
+    return order
+
+
+@dataclass
+class StartPicker:
+    """Hands out group starts in ``interleaved`` order. With ``dynamic`` (DAPO-style dynamic sampling), a start
+    whose last group had equal rewards (all won or all lost: no signal) is skipped until ``revisit_after`` steps
+    have passed, and its running success rate is kept for the log."""
+
+    order: list[int]
+    dynamic: bool = True
+    revisit_after: int = 4
+    cursor: int = 0
+    flat_since: dict[int, int] = field(default_factory=dict)  # start -> the step its last group had no signal
+    success_rate: dict[int, float] = field(default_factory=dict)  # start -> running (EMA 0.5) success rate
+
+    def pick(self, count: int, step_: int) -> tuple[list[int], int]:
+        """``count`` starts for this step, and how many were skipped; a full lap of skips takes them anyway."""
+        chosen: list[int] = []
+        skipped = 0
+        for _ in range(len(self.order)):
+            if len(chosen) == count:
+                break
+            start = self.order[self.cursor % len(self.order)]
+            self.cursor += 1
+            if self.dynamic and step_ - self.flat_since.get(start, -(10**9)) <= self.revisit_after:
+                skipped += 1
+                continue
+            chosen.append(start)
+        while len(chosen) < count:  # every start is resting: take them in order all the same
+            chosen.append(self.order[self.cursor % len(self.order)])
+            self.cursor += 1
+        return chosen, skipped
+
+    def record(self, start: int, step_: int, rewards: Sequence[Reward]) -> bool:
+        """Note a played group; whether it carried signal (two or more rated, not all equal)."""
+        rated = [r.value for r in rewards if r.value is not None]
+        signal = len(rated) >= 2 and statistics.pstdev(rated) > 1e-4
+        if signal:
+            self.flat_since.pop(start, None)
+        else:
+            self.flat_since[start] = step_
+        verdicts = [r.success for r in rewards if r.success is not None]
+        if verdicts:
+            rate = statistics.fmean(verdicts)
+            self.success_rate[start] = (
+                rate if start not in self.success_rate else 0.5 * (self.success_rate[start] + rate)
+            )
+        return signal
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "cursor": self.cursor,
+            "flat_since": {str(k): v for k, v in self.flat_since.items()},
+            "success_rate": {str(k): v for k, v in self.success_rate.items()},
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.cursor = int(state.get("cursor", 0))
+        self.flat_since = {int(k): int(v) for k, v in state.get("flat_since", {}).items()}
+        self.success_rate = {int(k): float(v) for k, v in state.get("success_rate", {}).items()}

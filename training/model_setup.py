@@ -1,0 +1,174 @@
+"""The model and LoRA helpers every trainer shares: precision, loading, adapters, checkpoints, saving.
+
+``training.trainer`` (SFT), ``training.grpo`` (text GRPO) and ``training.episode_grpo`` (GRPO on whole episodes)
+all make the same decisions through these functions: bf16 on CUDA, 4-bit QLoRA on CUDA with bitsandbytes, a
+new LoRA or the adapter being continued, and an output directory that is a model spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sotopia_env.model_ref import write_model_ref
+from sotopia_env.training.base_config import BaseTrainConfig
+
+ADAPTER_DIR = "adapter"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def bitsandbytes_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def decide_precision(config: BaseTrainConfig, full_finetune: bool = False) -> tuple[bool, bool]:
+    """``(bf16, qlora)``: explicit settings win; otherwise bf16 on CUDA, QLoRA on CUDA with bitsandbytes (never
+    for a full fine-tune)."""
+    cuda = cuda_available()
+    bf16 = config.bf16 if config.bf16 is not None else cuda and _bf16_supported()
+    qlora = config.qlora if config.qlora is not None else cuda and bitsandbytes_available() and not full_finetune
+    if qlora and not cuda:
+        raise ValueError("qlora needs a CUDA GPU (bitsandbytes 4-bit)")
+    return bf16, qlora
+
+
+def _bf16_supported() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def load_tokenizer(path: str, adapter: str | None = None):
+    from transformers import AutoTokenizer
+
+    source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path: str, bf16: bool, qlora: bool, gradient_checkpointing: bool):
+    """The base model: bf16 or fp32, or 4-bit NF4 (bf16 compute) prepared for k-bit training."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    if not qlora:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from peft import prepare_model_for_kbit_training
+    from transformers import BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.bfloat16, quantization_config=quantization, device_map={"": torch.cuda.current_device()}
+    )
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+
+
+def adapter_setup(model, config: BaseTrainConfig, full_finetune: bool = False):
+    """``(model, peft_config)``: the adapter being continued (loaded trainable), a new LoRA config, or neither
+    (full fine-tune)."""
+    from peft import LoraConfig, PeftModel
+
+    if config.init_adapter:
+        return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True), None
+    if full_finetune:
+        return model, None
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return model, lora
+
+
+def checkpointing_arg(config_class: type, enabled: bool) -> dict[str, bool]:
+    """The gradient-checkpointing switch under its name in ``config_class`` (transformers 5 renamed
+    gradient_checkpointing to activation_checkpointing; the old name warns)."""
+    name = "activation_checkpointing" if "activation_checkpointing" in config_class.__dataclass_fields__ else None
+    return {name or "gradient_checkpointing": enabled}
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    if not checkpoints.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoints))
+
+
+def save_adapter_spec(trainer, out: Path, base_model: str) -> None:
+    """``out`` as a model spec: the trained adapter and the tokenizer in ``out/adapter`` (``trainer.save_model``:
+    the main process writes; under DeepSpeed ZeRO-3 or FSDP every rank joins the gather), and
+    ``sotopia_model.json`` naming both."""
+    trainer.save_model(str(out / ADAPTER_DIR))
+    if trainer.args.should_save:
+        write_model_ref(out, base_model, ADAPTER_DIR)
+
+
+def save_model_spec(model, tokenizer, out: Path, base_model: str) -> None:
+    """The same model spec from a loop of our own (one process, no trainer): ``training.episode_grpo``."""
+    model.save_pretrained(str(out / ADAPTER_DIR))
+    tokenizer.save_pretrained(str(out / ADAPTER_DIR))
+    write_model_ref(out, base_model, ADAPTER_DIR)
+
+
+def finish(trainer, result: Any, path: Path) -> None:
+    """The main process saves ``result`` (a ``TrainResult`` or ``GRPOResult``) to ``path``; every rank waits for
+    it, so that the next stage on any rank finds the saved model spec."""
+    if trainer.args.should_save:
+        result.save(path)
+    trainer.accelerator.wait_for_everyone()
+
+
+def training_args(config_class: type, config: Any, output_dir: Path, bf16: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields every TRL trainer sets the same way (``config``: a ``BaseTrainConfig``
+    with ``num_epochs``, ``batch_size`` and ``grad_accum``): schedule, batch, seed, precision, a log line per
+    step, periodic checkpoints."""
+    return dict(
+        output_dir=str(output_dir),
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        num_train_epochs=config.num_epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=bf16,
+        logging_steps=config.logging_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        report_to="none",
+        disable_tqdm=not config.progress,
+        dataloader_pin_memory=cuda_available(),
+        **checkpointing_arg(config_class, config.gradient_checkpointing),
+    )
+
+
+def release_memory() -> None:
+    """Collect garbage and return cached GPU memory (between training and playing)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
