@@ -67,7 +67,7 @@ from sotopia_env.training.episode_rollouts import (
 from sotopia_env.training.model_setup import CHECKPOINTS_DIR, release_memory, save_model_spec
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
-from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
+from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
@@ -421,6 +421,7 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
             )
             # 1-3. groups until enough carry signal (or the resampling bound is reached)
             groups, skipped, played = play_groups(config, rollout, picker, backend, step)
+            backend.close()  # its prefix cache (the model is the loop's); the next step makes a fresh one
             signal = [g for g in groups if g[1]]
             tally["no_signal"] += len(groups) - len(signal)
             # 4. advantages
@@ -442,6 +443,8 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
             tally["unrated"] += sum(e.reward.value is None for e in episodes)
             log.append(step_row(step, episodes, groups, skipped, played, trained, loss_value, stats, tokens, t0))
             show(len(log), step_line(log[-1]))
+            release_memory()
+            trim_heap()  # freed activations and caches leave the RSS, so that it stays flat over a run
             if step % config.save_steps == 0 or step == config.max_steps:
                 state = {"log": log, **tally, "picker": picker.state()}
                 save_checkpoint(model, optimizer, scheduler, checkpoints, step, state, config.save_total_limit)

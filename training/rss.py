@@ -6,6 +6,8 @@ is not possible, the peak is the process's since it started (``ru_maxrss``).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
 import sys
 from pathlib import Path
@@ -30,3 +32,15 @@ def peak_rss_mb() -> float:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
+def trim_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``): tensors freed between steps
+    otherwise stay in the process's RSS. False where there is no glibc."""
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
