@@ -160,10 +160,8 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace) -> dict:
 def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> dict:
     from sotopia_env.training.episode_grpo import train_episode_grpo
 
-    config = rollout_config(
-        args, args.train_scenarios, max_steps=args.steps, learning_rate=args.lr, output_dir=str(out),
-        save_steps=1, progress=False, **overrides,
-    ).starting_from(str(bc))  # fmt: skip
+    settings = {"max_steps": args.steps, "learning_rate": args.lr, "save_steps": 1, "progress": False, **overrides}
+    config = rollout_config(args, args.train_scenarios, output_dir=str(out), **settings).starting_from(str(bc))
     result = train_episode_grpo(config)
     log = result.log
     return {
