@@ -35,7 +35,9 @@ from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.evaluation import Evaluator
 from sotopia_env.observation import Observation
-from sotopia_env.verifiable import PARTNER_SEAT, Talk, numbers_in, replay, slots_in, step
+from sotopia_env.verifiable import PARTNER_SEAT, numbers_in, replay, slots_in
+
+DECIDING = ("accept", "leave", "goodbye")  # the partner's moves after which nothing the learner says counts
 
 
 class MissingSampledIds(RuntimeError):
@@ -102,21 +104,15 @@ class CreditingAgent:
 
 def decided_turn(log: EpisodeLog) -> int | None:
     """The turn of the partner's answer that decided a verifiable episode (a deal, or the partner leaving), as
-    the judge replays it; None when the scenario is not verifiable or nothing was decided before the end."""
+    the judge replays it (``verifiable.replay``: one move per partner turn); None when the scenario is not
+    verifiable or nothing was decided before the end."""
     facts = log.setup.scenario.verifiable
     if facts is None:
         return None
     partner = log.setup.agent_names[PARTNER_SEAT]
-    talk, pending = Talk(), None
-    for turn in log.turns:
-        if turn.agent == partner:
-            step(facts, talk, pending)
-            pending = None
-            if talk.deal is not None or talk.closed:
-                return turn.turn
-        elif turn.action.action_type is not ActionType.none:
-            pending = turn.action
-    return None
+    talk = replay(facts, ((t.agent == partner, t.action) for t in log.turns))
+    partner_turns = [t.turn for t in log.turns if t.agent == partner]
+    return next((turn for move, turn in zip(talk.moves, partner_turns, strict=True) if move.act in DECIDING), None)
 
 
 def credited_samples(log: EpisodeLog, moves: Sequence[tuple[int, Completion]]) -> list[Sample]:
