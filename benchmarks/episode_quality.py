@@ -7,8 +7,8 @@
 
 By default the seeds' episodes are played at once in one process, as ``sotopia-env run --seed N`` builds
 each (scenario sampled by the seed, both agents with ``run``'s generation settings, the env seeded by N),
-so the embedded model's calls share batches (about 4x faster on a CPU). Greedy turns come out as ``run``'s
-(left padding does not change them); sampled retries differ, since a batch is seeded by its first request.
+so the embedded model's calls share batches (about 4x faster on a CPU). Turns come out as ``run``'s: left
+padding does not change greedy ones, and each sampled retry draws with its own request's seed.
 ``--one-by-one`` instead invokes ``sotopia-env run --seed N`` in process through the CLI itself. Either way
 the judge is skipped (``--evaluator none``: the figures are about the conversation) and the episodes go to a
 throwaway SQLite store, from which the turns are read back. ``--show`` prints each transcript as ``run`` does.
@@ -19,6 +19,8 @@ Per episode set:
 - empty: the share of speak / non-verbal turns whose argument is empty, ``...`` or only punctuation/whitespace;
 - repeats: the share of turns with a non-blank argument equal (after stripping) to an earlier turn's in the
   same episode;
+- repeated openings: the share of turns with three or more words whose first three words already opened an
+  earlier turn of the same episode (either agent's; "I am not clear ..." after "I am not sure ...");
 - early leave: episodes that end by ``leave`` on one of the first four turns (``#0`` to ``#3``).
 """
 
@@ -107,6 +109,16 @@ def figures(logs: list[EpisodeLog]) -> dict[str, float | int]:
             spoken += 1
             repeats += text in seen
             seen.add(text)
+    reopened = worded = 0
+    for log in logs:
+        opened: set[tuple[str, ...]] = set()
+        for t in log.turns:
+            words = tuple(t.action.argument.split()[:3])
+            if len(words) < 3:
+                continue
+            worded += 1
+            reopened += words in opened
+            opened.add(words)
     early = sum(
         1
         for log in logs
@@ -116,6 +128,7 @@ def figures(logs: list[EpisodeLog]) -> dict[str, float | int]:
         "median turns": statistics.median(len(log.turns) for log in logs),
         "empty": sum(is_empty(t.action.argument) for t in talk) / len(talk) if talk else float("nan"),
         "repeats": repeats / spoken if spoken else float("nan"),
+        "openings": reopened / worded if worded else float("nan"),
         "early leaves": early,
     }
 
@@ -128,7 +141,14 @@ def main() -> None:
     parser.add_argument("--label", default="", help="A label for the table's row (e.g. before / after).")
     parser.add_argument("--quick", action="store_true", help="2 seeds of 4 turns (smoke test).")
     parser.add_argument("--one-by-one", action="store_true", help="Each seed a `sotopia-env run` via the CLI.")
+    parser.add_argument(
+        "--no-opening-guard", action="store_true", help="Ablation: let a turn open as an earlier one did."
+    )
     args = parser.parse_args()
+    if args.no_opening_guard:
+        from sotopia_env.backends import local
+
+        local.openings = lambda texts: []  # the guard's input: no openings to avoid
     if args.quick:
         args.seeds, args.max_turns = args.seeds[:2], 4
     print(machine_line())
@@ -148,12 +168,12 @@ def main() -> None:
             kinds = "".join(CODES[t.action.action_type] for t in log.turns)
             rows.append(
                 [seed, log.setup.scenario.id, len(log.turns), log.termination_reason, one["empty"], one["repeats"]]
-                + [kinds, time.perf_counter() - t0 if args.one_by_one else "-"]
+                + [one["openings"], kinds, time.perf_counter() - t0 if args.one_by_one else "-"]
             )
             print(f"seed {seed}: {rows[-1]}", flush=True)
     print_table(
         "Per episode",
-        ["seed", "scenario", "turns", "ended", "empty", "repeats", "actions", "seconds"],
+        ["seed", "scenario", "turns", "ended", "empty", "repeats", "openings", "actions", "seconds"],
         rows,
         note="actions: S speak, N non-verbal, A action, L leave, - none.",
     )
@@ -162,10 +182,11 @@ def main() -> None:
     max_turns = args.max_turns or "as run's default"
     print_table(
         "Episode quality",
-        ["code", "episodes", "median turns", "empty speak/non-verbal", "verbatim repeats", "early leaves (< #4)"],
+        ["code", "episodes", "median turns", "empty speak/non-verbal", "verbatim repeats", "repeated openings"]
+        + ["early leaves (< #4)"],
         [
             [args.label or "-", len(logs), total["median turns"], f"{total['empty']:.0%}", f"{total['repeats']:.0%}"]
-            + [f"{total['early leaves']} of {len(logs)}"]
+            + [f"{total['openings']:.0%}", f"{total['early leaves']} of {len(logs)}"]
         ],
         note=f"{seeds}, max turns {max_turns}, judge skipped; {time.perf_counter() - started:.0f} s in all.",
     )

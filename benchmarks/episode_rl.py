@@ -3,7 +3,7 @@
     python benchmarks/episode_rl.py --keep RUN [--rows base,bc,sr,grpo,grpo-lr0,grpo-dense] [--steps 8] [--k 4]
 
 Rows (each trained into ``RUN/<row>`` and evaluated into ``RUN/evals/<row>.json``; a rerun reuses what is there,
-so a run cut short resumes where it stopped):
+episode by episode, so a run cut short resumes where it stopped, and a larger ``--k`` only plays the new seeds):
 
 - ``base``: the embedded SmolLM2-135M-Instruct.
 - ``bc``: ``VerifiableExpert`` plays every ``verifiable:train`` instance against ``rule-partner``; its turns in the
@@ -49,7 +49,8 @@ def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
 
 
 def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float) -> list:
-    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner."""
+    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner: a list of
+    ((instance id, seed), episode)."""
     from dataclasses import replace
 
     from sotopia_env.backends.local import LocalBackend
@@ -61,20 +62,23 @@ def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], 
     starts = [(s, seed) for s in rollout.setups for seed in seeds]
     backend = LocalBackend.from_spec(spec, max_batch_size=args.batch)
     try:
-        return asyncio.run(play_many(rollout, backend, starts))
+        episodes = asyncio.run(play_many(rollout, backend, starts))
     finally:
         backend.close()
+    return [((setup.scenario.id, seed), e) for (setup, seed), e in zip(starts, episodes, strict=True)]
 
 
-def evaluate(spec: str, args: argparse.Namespace) -> list[dict]:
-    """The held-out episodes, one row each: instance, seed, greedy or not, kind, goal, success, turns, invalid."""
-    rows = []
-    for greedy, seeds in ((True, [args.seed]), (False, [args.seed + 1 + i for i in range(args.k)])):
+def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
+    """The held-out episodes, one row each: instance, seed, greedy or not, kind, goal, success, turns, invalid.
+    Those in ``done`` (an earlier run's, by greedy and seed) are kept, not played again."""
+    rows = list(done)
+    for greedy, wanted in ((True, [args.seed]), (False, [args.seed + 1 + i for i in range(args.k)])):
+        seeds = [s for s in wanted if not any(r["greedy"] == greedy and r.get("seed") == s for r in done)]
         if not seeds:
             continue
-        for e in play(spec, args, "verifiable:test", seeds, 0.0 if greedy else args.temperature):
+        for (instance, seed), e in play(spec, args, "verifiable:test", seeds, 0.0 if greedy else args.temperature):
             if e.log is None or e.reward.value is None:
-                rows.append({"unrated": True, "greedy": greedy})
+                rows.append({"instance": instance, "seed": seed, "greedy": greedy, "unrated": True})
                 continue
             learner = e.log.setup.agent_names[0]
             mine = [t for t in e.log.turns if t.agent == learner]
@@ -143,7 +147,7 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace) -> dict:
 
     seeds = [args.seed + 100 + i for i in range(args.sr_samples)]
     episodes = play(str(bc), args, "verifiable:train", seeds, args.temperature)
-    logs = [e.log for e in episodes if e.log is not None]
+    logs = [e.log for _, e in episodes if e.log is not None]
     learner_seat = lambda samples: [s for s in samples if s.seat == 0]  # noqa: E731  (not the rule partner's)
     dataset, _ = build_dataset(logs, [learner_seat, top1_per_scenario_role, min_goal(1)])
     if len(dataset) == 0:
@@ -186,7 +190,7 @@ def paired_interval(rows: list[dict], bc: list[dict], greedy: bool, seed: int = 
 
     mine, base = per_instance(rows), per_instance(bc)
     diffs: dict[str, list[float]] = {}
-    for key in mine.keys() & base.keys():
+    for key in sorted(mine.keys() & base.keys()):  # sorted: the same resamples in every process
         diffs.setdefault(key[0], []).append(mine[key] - base[key])
     values = [statistics.fmean(d) for d in diffs.values()]
     if not values:
@@ -289,18 +293,23 @@ def main() -> None:
             if name != "bc" and "bc" not in stages:
                 raise SystemExit(f"row {name!r} starts from BC: run the bc row first (--rows bc,{name})")
             reset_peak_rss()
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
             t0 = time.perf_counter()
             stages[name] = trainers[name]()
             stages[name].update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
+            if torch.cuda.is_available():
+                stages[name]["note"] += f"; peak GPU memory {torch.cuda.max_memory_allocated() >> 20} MiB"
             stages_file.write_text(json.dumps(stages, indent=2))
             print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
         cached = run / "evals" / f"{name}.json"
-        if not cached.is_file():
-            spec = "smollm2-135m" if name == "base" else str(run / stages[name].get("same_as", name))
-            t0 = time.perf_counter()
-            cached.write_text(json.dumps(evaluate(spec, args), indent=2))
+        done = json.loads(cached.read_text()) if cached.is_file() else []
+        spec = "smollm2-135m" if name == "base" else str(run / stages[name].get("same_as", name))
+        t0 = time.perf_counter()
+        evals[name] = evaluate(spec, args, done)
+        if len(evals[name]) > len(done):
+            cached.write_text(json.dumps(evals[name], indent=2))
             print(f"{name}: evaluated in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        evals[name] = json.loads(cached.read_text())
     print_table(evals, stages, args)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -118,6 +119,15 @@ def interval(pair: tuple[float, float], digits: int = 2) -> str:
     return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
 
 
+def paired_difference(after: list[float], before: list[float], seed: int = 0) -> str:
+    """Mean of (after - before) over the same held-out items, with a 95% paired bootstrap interval (2,000
+    resamples of the items)."""
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(2000))
+    return f"{statistics.fmean(diffs):+.2f} [{means[49]:+.2f}, {means[1949]:+.2f}]"
+
+
 def socialiqa_part(args, work: Path) -> None:
     from sotopia_env.training.rewards import load_socialiqa
 
@@ -127,14 +137,17 @@ def socialiqa_part(args, work: Path) -> None:
     train_path = work / "train.jsonl"
     train_path.write_text("".join(item.model_dump_json() + "\n" for item in train))
     rows = []
+    rewards: dict[str, list[float]] = {}  # per held-out item, by stage
 
-    def measure(stage: str, model: str, trained: str, minutes: float) -> None:
+    def measure(stage: str, model: str, trained: str, minutes: float, zero_std: float | None = None) -> None:
         t0 = time.perf_counter()
         r = held_out_figures(model, held_out, args.max_new_tokens)
+        rewards[stage] = [item["reward"] for item in r["items"]]
+        versus_bc = paired_difference(rewards[stage], rewards["+ BC warm-start"]) if stage == "+ GRPO" else "-"
         rows.append(
             [stage, trained, f"{minutes:.1f}", f"{r['mean_reward']:.2f} {interval(r['mean_reward_ci95'])}"]
-            + [f"{r['format_valid_rate']:.0%} {interval(r['format_valid_ci95'])}"]
-            + [f"{r['accuracy']:.0%} {interval(r['accuracy_ci95'])}"]
+            + [versus_bc, f"{r['format_valid_rate']:.0%} {interval(r['format_valid_ci95'])}"]
+            + [f"{r['accuracy']:.0%} {interval(r['accuracy_ci95'])}", "-" if zero_std is None else f"{zero_std:.2f}"]
         )
         print(f"{stage}: {rows[-1]} (eval {time.perf_counter() - t0:.0f} s); first held-out answer:", flush=True)
         print(f"  {r['example'][:300]!r}", flush=True)
@@ -152,11 +165,16 @@ def socialiqa_part(args, work: Path) -> None:
     rl = grpo(bc.model_dir, train_path, work / "grpo", args.grpo_steps)
     curve = " ".join(f"{r:.2f}" if r is not None else "-" for r in rl.rewards)
     measure(
-        "+ GRPO", rl.model_dir, f"GRPO, {rl.steps} steps x 2 prompts x 4 generations", (time.perf_counter() - t0) / 60
+        "+ GRPO",
+        rl.model_dir,
+        f"GRPO, {rl.steps} steps x 2 prompts x 4 generations",
+        (time.perf_counter() - t0) / 60,
+        rl.zero_std_share,
     )
     print_table(
         "GRPO on Social IQa: SmolLM2-135M, held-out items",
-        ["stage", "trained", "train min", "mean reward [95% CI]", "format-valid [95% CI]", "accuracy [95% CI]"],
+        ["stage", "trained", "train min", "mean reward [95% CI]", "vs BC [95% paired]", "format-valid [95% CI]"]
+        + ["accuracy [95% CI]", "zero-var groups"],
         rows,
         note=(
             f"{len(train)} train / {len(held_out)} held-out items of {Path(args.data).name} (seed {args.seed}); "

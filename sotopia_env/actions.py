@@ -45,9 +45,10 @@ class AgentAction(BaseModel):
 
 MAX_ARGUMENT_CHARS = 600
 # Speech, gestures and physical actions need words: the argument opens with a character that is not
-# whitespace or punctuation (so never "", "..." or " "). xgrammar matches a string's pattern against its
-# JSON-escaped text, so a character is an unescaped one or a valid JSON escape: with a bare ".", the 135M model
-# wrote "don\'t", which no JSON parser reads.
+# whitespace, punctuation or a control character (so never "", "..." or " "; JSON holds no raw control
+# character, and the random test model drew one there while the opening class let it). xgrammar matches a
+# string's pattern against its JSON-escaped text, so a character is an unescaped one or a valid JSON escape:
+# with a bare ".", the 135M model wrote "don\'t", which no JSON parser reads.
 # The repetition is unbounded on purpose. xgrammar takes no maxLength next to a pattern, and a bounded
 # repetition ({0,599}) made it fill each row's token mask in ~300 ms per step, several times the model's own
 # step; with "*" it takes ~0.02 ms (benchmarks/grammar_mask.py). So MAX_ARGUMENT_CHARS stands beside the pattern
@@ -55,7 +56,7 @@ MAX_ARGUMENT_CHARS = 600
 # row's max_new_tokens and steers a row that is about to run out of tokens to close its JSON (backends/local.py).
 WORDED_ACTIONS: tuple[str, ...] = (ActionType.speak.value, ActionType.non_verbal.value, ActionType.action.value)
 _JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
-WORDED_ARGUMENT = rf"^[^\s.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}*$"
+WORDED_ARGUMENT = rf"^[^\s\x00-\x1f.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}*$"
 
 
 def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:

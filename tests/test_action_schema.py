@@ -72,6 +72,10 @@ def test_the_grammar_never_writes_an_escape_json_cannot_read(tiny: LocalBackend)
     good = json.dumps(_action("speak", 'She said "no", then left\\n'), ensure_ascii=False)
     assert _grammar_accepts(tiny, good)
     assert not _grammar_accepts(tiny, r'{"action_type": "speak", "argument": "don\'t know"}')
+    for control in ("\x00", "\x1d", "\n"):  # raw control characters, not even as the argument's first character
+        text = '{"action_type": "speak", "argument": "' + control + 'hello"}'
+        assert not _grammar_accepts(tiny, text), repr(text)
+        assert not _grammar_accepts(tiny, text.replace(control + "hello", "hello" + control))
 
 
 def test_schema_offers_exactly_the_allowed_actions() -> None:

@@ -74,3 +74,12 @@ def test_local_batching_benchmark_runs_on_the_embedded_model(embedded_model_path
     assert "### tokens per second, batched vs one at a time" in result.stdout and "load average" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith(("| json", "| episodes"))]
     assert len(rows) == 4 and all(int(row.split("|")[5].replace(",", "")) > 0 for row in rows)  # tokens made
+
+
+@pytest.mark.model
+def test_cpu_precision_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "cpu_precision.py"), "--quick"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "### One LoRA training step on the CPU" in result.stdout and "native bf16 on this CPU" in result.stdout
+    assert len([line for line in result.stdout.splitlines() if line.startswith(("| fp32", "| bf16"))]) == 2

@@ -155,7 +155,7 @@ def test_under_the_grammar_every_training_sequence_is_exactly_the_sampled_ids(tm
     rollout = _rollout(setups[0], settings=GenerationSettings(temperature=1.0, max_new_tokens=24), constrained=True)
     with ThreadPoolExecutor(1) as thread:
         backend = policy_backend(model, tokenizer, "tiny", 8, thread)
-        starts = [(setup, seed) for setup in setups for seed in (1, 2)]
+        starts = [(setup, seed) for setup in setups for seed in (1, 2, 3, 4)]
         episodes = asyncio.run(play_many(rollout, backend, starts))
     stop_ids = {tokenizer.eos_token_id}
     sampled = []

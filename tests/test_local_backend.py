@@ -16,6 +16,7 @@ import torch
 from action_prompts import ASKS, action_prompt
 
 from sotopia_env.actions import ACTION_TYPES, action_json_schema, parse_action
+from sotopia_env.backends import local as local_backend
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.local import LocalBackend, pick_dtype, read_model_ref
 from sotopia_env.backends.no_copy import NGRAM, NoCopy, ngram_table
@@ -95,6 +96,19 @@ def test_seed_makes_sampling_repeatable(tiny: LocalBackend) -> None:
     first = asyncio.run(tiny.generate([request]))[0].text
     second = asyncio.run(tiny.generate([request]))[0].text
     assert first == second
+
+
+def test_a_seeded_sample_does_not_depend_on_its_batch(tiny: LocalBackend) -> None:
+    """Each row draws with its own seeded generator: the same reply alone, first or last in a batch of others,
+    and a different seed gives another reply."""
+    mine = ask("tell me a story", temperature=1.0, seed=11, max_new_tokens=16)
+    others = [ask(f"something else {i}", temperature=1.0, seed=100 + i, max_new_tokens=16) for i in range(3)]
+    (alone,) = asyncio.run(tiny.generate([mine]))
+    first = asyncio.run(tiny.generate([mine, *others]))[0]
+    last = asyncio.run(tiny.generate([*others, mine]))[-1]
+    assert alone.text == first.text == last.text and alone.completion_tokens > 3
+    reseeded = [asyncio.run(tiny.generate([replace(mine, seed=seed)]))[0].text for seed in (12, 13, 14)]
+    assert any(text != alone.text for text in reseeded)
 
 
 def test_json_constrained_rows_mix_with_free_rows(tiny: LocalBackend) -> None:
@@ -213,6 +227,13 @@ def test_embedded_model_emits_valid_actions_in_one_batch(embedded_model_path: st
     for out, text in zip(asyncio.run(concurrently(backend, again)), said, strict=True):
         assert out.ok and parse_action(out.text).action_type.value in ACTION_TYPES, out.text
         assert shared_runs(backend.tokenizer, json.loads(out.text)["argument"], text) == set(), (out.text, text)
+        if len(text.split()) >= 3:  # nor open as the first reply did
+            assert json.loads(out.text)["argument"].split()[:3] != text.split()[:3], (out.text, text)
+    # a GRPO group's first turn: one prompt in three rows, prefilled once for all
+    assert backend.stats.shared_prefixes == 0
+    backend._prefix.clear()  # nothing cached holds it
+    group = asyncio.run(backend.generate([requests[0]] * 3))
+    assert backend.stats.shared_prefixes == 1 and len({out.text for out in group}) == 1 and group[0].ok
 
 
 def shared_runs(tokenizer, reply: str, earlier: str, n: int = NGRAM) -> set[tuple[int, ...]]:
@@ -233,6 +254,46 @@ def test_avoid_copying_keeps_a_reply_from_copying_runs_of_an_earlier_text(tiny: 
     # a random model's tokens need not be the tokenizer's own split of their text, so only the change is
     # checked here; the embedded-model test below checks that no run is copied
     assert avoided.ok and avoided.text != free.text
+
+
+OPENING_REGEX = r'\{"action_type": "speak", "argument": "I am (not|now) (here|there)"\}'
+
+
+def test_an_argument_never_opens_as_an_earlier_turn_did(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reply may open "I am not" or "I am now"; an earlier turn opened "I am not ...", so with it to avoid,
+    every sampled reply opens "I am now", split into tokens however the model likes. (The no-copy tables are
+    emptied here: they could ban the copied run by themselves.)"""
+    monkeypatch.setattr(local_backend, "banned_tables", lambda tokenizer, texts: [{} for _ in texts])
+    earlier = ("I am not sure about that, really.", "Two words")
+
+    def openings(avoid: tuple[str, ...]) -> set[str]:
+        requests = [
+            ask(
+                "Say something.",
+                regex=OPENING_REGEX,
+                temperature=1.0,
+                seed=seed,
+                max_new_tokens=90,
+                avoid_copying=avoid,
+            )  # fmt: skip
+            for seed in range(12)
+        ]
+        outs = asyncio.run(tiny.generate(requests))
+        assert all(o.meta["finish_reason"] == "stop" for o in outs)
+        return {" ".join(json.loads(o.text)["argument"].split()[:3]) for o in outs}
+
+    assert openings(()) == {"I am not", "I am now"}  # both, free
+    assert openings(earlier) == {"I am now"}
+
+
+def test_token_texts_complete_an_opening_only_at_a_word_end(tiny: LocalBackend) -> None:
+    from sotopia_env.backends.no_copy import TokenTexts, openings
+
+    assert openings(("I am not sure", "Too short", "  Spaced   out   words  here")) == ["I am not", "Spaced out words"]
+    texts = TokenTexts(tiny.tokenizer, len(tiny.tokenizer))
+    completing = {tiny.tokenizer.decode([t]) for t in texts.completing("n")}
+    assert "n" in completing or any(t.startswith("n") for t in completing)
+    assert all(t == "n" or not (t[1].isalnum() or t[1] in "'_-") for t in completing)
 
 
 def test_no_copy_bans_the_next_token_of_a_copied_run_but_never_empties_a_row() -> None:

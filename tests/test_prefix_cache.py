@@ -120,6 +120,37 @@ def test_an_identical_prompt_still_runs_its_last_token(pair: tuple[LocalBackend,
     assert on.stats.prefix_reused_tokens == b.prompt_tokens - 1
 
 
+def test_rows_sharing_a_prompt_prefill_it_once(pair: tuple[LocalBackend, LocalBackend]) -> None:
+    """A GRPO group's first turn: the same prompt in four rows (and a fifth that shares only its system
+    message and early history); the shared prefix is prefilled once, the outputs are those without the cache."""
+    on, off = pair
+    same = conversation(6, "Ann")
+    other = [same[0], {"role": "user", "content": same[1]["content"].replace("Your move, Ann.", "Bob speaks.")}]
+    requests = [ask(same) for _ in range(4)] + [ask(other)]
+    cached = asyncio.run(on.generate(requests))
+    plain = asyncio.run(off.generate(requests))
+    assert [c.text for c in cached] == [p.text for p in plain]
+    assert on.stats.shared_prefixes == 1 and on.stats.generate_calls == 1
+    length = len(tokens_of(on, same))
+    shared = prefix_cache.common_prefix(tokens_of(on, same), tokens_of(on, other))
+    assert 10 < shared < length - 1
+    # the prefix of all five rows is the common part; the four identical rows then reuse all but their last
+    # token from the entry that prefill left (the first row's, holding the whole prompt but its last token)
+    assert on.stats.prefix_reused_tokens == 4 * (length - 1) + shared
+
+
+def test_shared_prefixes_pick_the_longest_common_part() -> None:
+    a, b = torch.arange(40), torch.cat([torch.arange(30), torch.tensor([99] * 10)])
+    c = torch.tensor([7] * 40)
+    miss = [prefix_cache.MISS] * 4
+    prefixes = prefix_cache.shared_prefixes([a, b, a.clone(), c], miss, min_tokens=16)
+    assert [p.tolist() for p in prefixes] == [list(range(39))]  # a with its copy; b and c left to their own
+    assert prefix_cache.shared_prefixes([a, b], miss[:2], min_tokens=16)[0].tolist() == list(range(30))
+    held = [Hit(None, 25), Hit(None, 25)]  # already cached up to 25: five more shared tokens are not worth it
+    assert prefix_cache.shared_prefixes([a, b], held, min_tokens=16) == []
+    assert prefix_cache.shared_prefixes([a], miss[:1], min_tokens=16) == []
+
+
 def entry(tokens: list[int], heads: int = 1, dim: int = 4) -> CachedPrompt:
     n = len(tokens)
     return CachedPrompt(torch.tensor(tokens), [torch.zeros(heads, n, dim)], [torch.zeros(heads, n, dim)])

@@ -150,9 +150,9 @@ def test_recording_samples_the_same_tokens(
     sampled = spy_on_generate(uncached, monkeypatch)
     mixed = [  # constrained and free rows, with different limits (so per-row stopping too)
         ask(PROMPTS[1], json_schema=action_json_schema(), max_new_tokens=24, temperature=temperature, seed=3),
-        ask(PROMPTS[0], json_schema=ENUM_SCHEMA, max_new_tokens=12, temperature=temperature),
-        ask(PROMPTS[2], max_new_tokens=20, temperature=temperature),
-    ]
+        ask(PROMPTS[0], json_schema=ENUM_SCHEMA, max_new_tokens=12, temperature=temperature, seed=4),
+        ask(PROMPTS[2], max_new_tokens=20, temperature=temperature, seed=5),
+    ]  # each row draws with its own seed
     plain = run(uncached, mixed)
     some = run(uncached, [ChatRequest(**{**r.__dict__, "logprobs": row != 1}) for row, r in enumerate(mixed)])
     every = run(uncached, [ChatRequest(**{**r.__dict__, "logprobs": True}) for r in mixed])

@@ -27,7 +27,11 @@ def _config(tmp_path_factory, out: Path, **kw) -> TrainConfig:
 
 
 def test_precision_follows_the_hardware_unless_told():
-    assert decide_precision(TrainConfig()) == (False, False)  # CPU: fp32, no QLoRA
+    from sotopia_env.training.model_setup import cpu_bf16_native
+
+    # CPU: bf16 autocast only where the CPU computes bf16 natively; never QLoRA
+    assert decide_precision(TrainConfig()) == (cpu_bf16_native(), False)
+    assert decide_precision(TrainConfig(bf16=False)) == (False, False)
     with pytest.raises(ValueError, match="CUDA"):
         decide_precision(TrainConfig(qlora=True))
     with pytest.raises(ValueError, match="full_finetune"):

@@ -64,7 +64,7 @@ from sotopia_env.training.episode_rollouts import (
     play_many,
     policy_backend,
 )
-from sotopia_env.training.model_setup import CHECKPOINTS_DIR, release_memory, save_model_spec
+from sotopia_env.training.model_setup import CHECKPOINTS_DIR, cpu_autocast, release_memory, save_model_spec
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
@@ -300,10 +300,11 @@ def without_dropout(model: Any) -> None:
 
 
 def update_policy(
-    model: Any, optimizer: Any, trained: Sequence[tuple[Sample, float]], config: EpisodeGRPOConfig
+    model: Any, optimizer: Any, trained: Sequence[tuple[Sample, float]], config: EpisodeGRPOConfig, bf16: bool = False
 ) -> tuple[float, LossStats, int]:
     """``num_iterations`` AdamW steps on every (sample, advantage) in ``trained``, in micro-batches: the last
-    pass's loss, the statistics of the first pass (rollout vs train), the policy tokens."""
+    pass's loss, the statistics of the first pass (rollout vs train), the policy tokens. ``bf16`` on a CPU runs
+    the forward passes under autocast (rollouts stay fp32, which ``approx_kl`` then shows)."""
     import torch
 
     tokens = sum(len(s.completion_ids) for s, _ in trained)
@@ -317,7 +318,8 @@ def update_policy(
         loss_value = 0.0
         for k in range(0, len(trained), config.micro_batch_size):
             chunk = trained[k : k + config.micro_batch_size]
-            loss, chunk_stats = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], config, tokens)
+            with cpu_autocast(bf16):
+                loss, chunk_stats = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], config, tokens)
             loss.backward()
             loss_value += float(loss.detach())
             if iteration == 0:
@@ -421,6 +423,7 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
             )
             # 1-3. groups until enough carry signal (or the resampling bound is reached)
             groups, skipped, played = play_groups(config, rollout, picker, backend, step)
+            rollout_seconds = time.perf_counter() - t0
             backend.close()  # its prefix cache (the model is the loop's); the next step makes a fresh one
             signal = [g for g in groups if g[1]]
             tally["no_signal"] += len(groups) - len(signal)
@@ -435,13 +438,16 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
                 for sample in episode.samples
             ]
             # 5. the update
-            update = torch_thread.submit(update_policy, model, optimizer, trained, config)
+            update = torch_thread.submit(update_policy, model, optimizer, trained, config, bf16)
             loss_value, stats, tokens = update.result()
+            update_seconds = time.perf_counter() - t0 - rollout_seconds
             scheduler.step()  # once per GRPO step, whether or not it trained
             # 6. the log
             episodes = [e for eps, _ in groups for e in eps]
             tally["unrated"] += sum(e.reward.value is None for e in episodes)
+            timing = {"rollout_seconds": round(rollout_seconds, 2), "update_seconds": round(update_seconds, 2)}
             log.append(step_row(step, episodes, groups, skipped, played, trained, loss_value, stats, tokens, t0))
+            log[-1].update(timing)
             show(len(log), step_line(log[-1]))
             release_memory()
             trim_heap()  # freed activations and caches leave the RSS, so that it stays flat over a run

@@ -3,6 +3,11 @@
 ``training.trainer`` (SFT), ``training.grpo`` (text GRPO) and ``training.episode_grpo`` (GRPO on whole episodes)
 all make the same decisions through these functions: bf16 on CUDA, 4-bit QLoRA on CUDA with bitsandbytes, a
 new LoRA or the adapter being continued, and an output directory that is a model spec.
+
+bf16 on a CPU is autocast: the weights stay fp32 and the matrix products run in bf16. It is chosen by default
+only on CPUs that compute bf16 natively (``cpu_bf16_native``: AVX512-BF16 or AMX); elsewhere the products are
+emulated and several times slower than fp32 (benchmarks/README section 3). ``tests/test_cpu_bf16.py`` holds the
+numerics check: the first steps' losses under CPU autocast stay within 2% of fp32's.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ def bitsandbytes_available() -> bool:
 
 
 def decide_precision(config: BaseTrainConfig, full_finetune: bool = False) -> tuple[bool, bool]:
-    """``(bf16, qlora)``: explicit settings win; otherwise bf16 on CUDA, QLoRA on CUDA with bitsandbytes (never
-    for a full fine-tune)."""
+    """``(bf16, qlora)``: explicit settings win; otherwise bf16 on CUDA and on CPUs with native bf16 (autocast),
+    QLoRA on CUDA with bitsandbytes (never for a full fine-tune)."""
     cuda = cuda_available()
-    bf16 = config.bf16 if config.bf16 is not None else cuda and _bf16_supported()
+    if config.bf16 is not None:
+        bf16 = config.bf16
+    else:
+        bf16 = _bf16_supported() if cuda else cpu_bf16_native()
     qlora = config.qlora if config.qlora is not None else cuda and bitsandbytes_available() and not full_finetune
     if qlora and not cuda:
         raise ValueError("qlora needs a CUDA GPU (bitsandbytes 4-bit)")
@@ -44,6 +52,27 @@ def _bf16_supported() -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def cpu_bf16_native() -> bool:
+    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo; False
+    where that cannot be read."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_autocast(bf16: bool) -> Any:
+    """The context a CPU forward pass runs in: bf16 autocast when ``bf16`` and no GPU, else nothing."""
+    import contextlib
+
+    import torch
+
+    if bf16 and not cuda_available():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def load_tokenizer(path: str, adapter: str | None = None):
@@ -57,11 +86,12 @@ def load_tokenizer(path: str, adapter: str | None = None):
 
 
 def load_model(path: str, bf16: bool, qlora: bool, gradient_checkpointing: bool):
-    """The base model: bf16 or fp32, or 4-bit NF4 (bf16 compute) prepared for k-bit training."""
+    """The base model: bf16 (on CUDA; on a CPU the weights stay fp32 under autocast) or fp32, or 4-bit NF4 (bf16
+    compute) prepared for k-bit training."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    dtype = torch.bfloat16 if bf16 else torch.float32
+    dtype = torch.bfloat16 if bf16 and cuda_available() else torch.float32
     if not qlora:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     from peft import prepare_model_for_kbit_training
@@ -152,6 +182,7 @@ def training_args(config_class: type, config: Any, output_dir: Path, bf16: bool)
         seed=config.seed,
         data_seed=config.seed,
         bf16=bf16,
+        use_cpu=bf16 and not cuda_available(),  # bf16 on a CPU: the Trainer's autocast (transformers asks for this)
         logging_steps=config.logging_steps,
         save_strategy="steps",
         save_steps=config.save_steps,

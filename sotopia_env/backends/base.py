@@ -20,7 +20,8 @@ class ChatRequest:
     max_new_tokens: int = 256
     seed: int | None = None
     repetition_penalty: float = 1.0  # > 1 discourages tokens already generated in this reply (local backend only)
-    # Texts the reply must not copy a run of tokens from (local backend only; see backends/no_copy.py).
+    # Texts the reply must not copy a run of tokens from, nor open its argument with their first three words
+    # (local backend only; see backends/no_copy.py).
     avoid_copying: tuple[str, ...] = ()
     # Record what was sampled (local backend only; other backends ignore it): ``meta`` gets ``prompt_ids``,
     # ``token_ids``, ``logprobs`` and ``sampler_logprobs`` (see backends/local.py).

@@ -14,11 +14,13 @@ temperature and top_p; and the same ``repetition_penalty``, which counts the rep
 by an xgrammar matcher per row, so their output is JSON that follows the schema, unless ``max_new_tokens``
 ends it first: that text is returned as is (``meta["finish_reason"] ==
 "length"``) and counted in ``stats.json_truncated``. A request's ``avoid_copying`` texts (an agent's earlier
-turns) are kept from being copied run by run (``no_copy.py``).
+turns) are kept from being copied run by run, and its argument from opening as one of them did (``no_copy.py``).
 
 Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its previous prompt's system
 message and conversation, so only the new part of each prompt is prefilled; ``prefix_cache_mb=0`` turns
-that off. ``stats.prefix_reused_tokens`` counts the prompt tokens not recomputed.
+that off. Rows of one batch that share a prefix no entry holds yet (the same first prompt for every episode
+of a GRPO group) have it prefilled once for all. ``stats.prefix_reused_tokens`` counts the prompt tokens not
+recomputed, ``stats.shared_prefixes`` the prefixes shared that way.
 
 A request with ``logprobs=True`` gets what was sampled in ``meta``: ``prompt_ids`` (its prompt's ids, no
 padding), ``token_ids`` (the sampled ids, the stop token included when ``finish_reason == "stop"``; never
@@ -34,9 +36,9 @@ asked for none). The tokens sampled are the same as without recording, seed for 
 config adds other logits processors of generate's own cannot be recorded (such a request fails as a bad request),
 except for a default repetition penalty, which is moved behind the first recorder.
 
-Seeding is per batch: when any request in a batch has a ``seed``, torch is seeded
-with the first such seed before the batch runs. Sampled outputs therefore depend
-on which requests share the batch.
+Seeding is per request: a sampled row draws its tokens with a generator of its own, seeded by the request's
+``seed`` (``_RowSampler``), so a seeded reply does not depend on which requests shared its batch, beyond the
+float noise of batched arithmetic. Requests without a seed draw from torch's global stream.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ from transformers import (
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion
-from sotopia_env.backends.no_copy import NoCopy, banned_tables
+from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.model_ref import read_model_ref
 from sotopia_env.prompt import prompt_text
 
@@ -86,6 +88,7 @@ class LocalStats:
     json_truncated: int = 0  # constrained outputs cut by max_new_tokens before the JSON closed
     failed_batches: int = 0
     prefix_reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
+    shared_prefixes: int = 0  # prefixes that several rows of a batch shared, prefilled once for all of them
 
 
 @dataclass
@@ -130,6 +133,7 @@ class LocalBackend:
         self._closers = closing_tokens(tokenizer)
         self._compiler: xgr.GrammarCompiler | None = None
         self._grammars: dict[str, xgr.CompiledGrammar] = {}
+        self._texts: TokenTexts | None = None  # every token's text, built at the first request that needs it
         self._lock = threading.Lock()  # one batch at a time, whatever the event loop
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = weakref.WeakKeyDictionary()
         self._closed = False
@@ -274,7 +278,7 @@ class LocalBackend:
             torch.tensor(ids, dtype=torch.long)
             for ids in self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         ]
-        hits = [self._prefix.lookup(t) if self._prefix is not None else prefix_cache.MISS for t in tokens]
+        hits = self._hits(tokens)
         layout, cache = prefix_cache.assemble(self.lm, tokens, hits, int(self.tokenizer.pad_token_id))
         prompt_len = layout.width
         limits = [r.max_new_tokens for r in requests]
@@ -303,15 +307,17 @@ class LocalBackend:
         if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
             tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
             processors.append(NoCopy(tables, prompt_len))
-        if recording and sampled:  # generate's own warpers would come after the last recorder: ours instead
+            starts = [openings(r.avoid_copying) for r in requests]
+            if any(starts):
+                processors.append(NoRepeatedOpening(starts, self._token_texts(), self.tokenizer, prompt_len))
+        if sampled:  # generate's own warpers would come after the last recorder and the row sampler: ours instead
             processors.extend(self._warpers(first))
             sampling.update(temperature=1.0, top_k=0, top_p=1.0)
-            sampler = _Recorder(len(requests), max(limits), prompt_len, self.device)
-            processors.append(sampler)
+            if recording:
+                sampler = _Recorder(len(requests), max(limits), prompt_len, self.device)
+                processors.append(sampler)
+            processors.append(_RowSampler([self._generator(r.seed) for r in requests]))
         stopping = StoppingCriteriaList([_RowLimits(limits, prompt_len)]) if len(set(limits)) > 1 else None
-        seed = next((r.seed for r in requests if r.seed is not None), None)
-        if seed is not None:
-            torch.manual_seed(seed)
         self.stats.generate_calls += 1
         with torch.inference_mode():
             out = self.lm.generate(
@@ -351,6 +357,37 @@ class LocalBackend:
             for row, limit in enumerate(limits)
         ]
 
+    def _hits(self, tokens: list[torch.Tensor]) -> list[prefix_cache.Hit]:
+        """Each row's cached prefix. Prefixes that several rows share and no entry holds yet (a GRPO group's first
+        turn: the same prompt for every episode) are prefilled once first, so that every row finds them."""
+        if self._prefix is None:
+            return [prefix_cache.MISS] * len(tokens)
+        hits = [self._prefix.lookup(t) for t in tokens]
+        shared = prefix_cache.shared_prefixes(tokens, hits, self._prefix.min_tokens)
+        if not shared:
+            return hits
+        self._prefill(shared)
+        return [self._prefix.lookup(t) for t in tokens]
+
+    def _prefill(self, prefixes: list[torch.Tensor]) -> None:
+        """Run ``prefixes`` through the model (only their uncached part) and store their keys/values."""
+        assert self._prefix is not None
+        hits = [self._prefix.lookup(p) for p in prefixes]
+        layout, cache = prefix_cache.assemble(self.lm, prefixes, hits, int(self.tokenizer.pad_token_id))
+        positions = (layout.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            self.lm(
+                input_ids=layout.input_ids[:, layout.cached :],
+                attention_mask=layout.attention_mask,
+                position_ids=positions[:, layout.cached :],
+                logits_to_keep=1,
+                **{self._cache_kwarg: cache},
+            )
+        self.stats.prefix_reused_tokens += sum(h.length for h in hits)
+        self.stats.shared_prefixes += len(prefixes)
+        for entry in prefix_cache.extract(cache, layout, prefixes):
+            self._prefix.add(entry, replaces=[])
+
     def _completion(
         self,
         tokens: list[int],
@@ -382,6 +419,15 @@ class LocalBackend:
                 sampler_logprobs=recorded["sampler_logprobs"][:n],
             )
         return Completion(text, prompt_tokens, len(tokens), latency, meta=meta)
+
+    def _token_texts(self) -> TokenTexts:
+        if self._texts is None:
+            self._texts = TokenTexts(self.tokenizer, self._vocab_size)
+        return self._texts
+
+    def _generator(self, seed: int | None) -> torch.Generator | None:
+        """A request's own random stream: seeded by its ``seed``; without one, torch's global stream."""
+        return None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
 
     def _sampling_kwargs(self, request: ChatRequest) -> dict[str, Any]:
         if request.temperature <= 0:
@@ -533,6 +579,23 @@ class _GrammarMask(LogitsProcessor):
             target, self.bitmask.to(target.device), vocab_size=self.vocab_size, indices=active
         )
         return cast(torch.FloatTensor, target.to(scores.device))
+
+
+class _RowSampler(LogitsProcessor):
+    """Draws each row's token itself, from the final distribution (it comes last, after the warpers), with the
+    row's own generator, and leaves only that token possible, so that generate's own draw takes it. A seeded
+    request's reply therefore follows from its seed, whatever other requests shared its batch."""
+
+    def __init__(self, generators: list[torch.Generator | None]) -> None:
+        self.generators = generators
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        probs = torch.softmax(scores.float(), dim=-1)
+        chosen = torch.stack(
+            [torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.generators, strict=True)]
+        )
+        only = torch.full_like(scores, float("-inf"))
+        return cast(torch.FloatTensor, only.scatter_(1, chosen.to(scores.device), 0.0))
 
 
 class _Recorder(LogitsProcessor):

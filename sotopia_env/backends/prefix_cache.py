@@ -15,6 +15,10 @@ so each new token gets the position it has in the whole prompt, and the cached k
 already applied at those same positions) stay valid. After ``generate``, ``extract`` pulls each row's
 whole-prompt keys/values out of the batch cache to store for the next turn.
 
+Rows of one batch often share a prefix that nothing cached holds yet: the first turns of a GRPO group or of the
+k sampled episodes of one instance are the same prompt, k times. ``shared_prefixes`` names those prefixes, so
+that the backend prefills each once, stores it, and every row then finds it by ``lookup``.
+
 Only models whose cache is plain full attention (no sliding window, no linear or indexed layers) qualify;
 ``supports`` tells.
 """
@@ -72,6 +76,30 @@ def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
         return 0
     differ = (a[:n] != b[:n]).nonzero()
     return int(differ[0]) if len(differ) else n
+
+
+def shared_prefixes(prompts: list[torch.Tensor], hits: list[Hit], min_tokens: int) -> list[torch.Tensor]:
+    """Prefixes that two or more rows share beyond what their hits hold (by ``min_tokens`` or more): each row
+    joins the longest such prefix it shares with a row before it. Every prefix stops before its rows' last
+    token, which must run to give the first logits."""
+    out: list[torch.Tensor] = []
+    taken = [False] * len(prompts)
+    for i, prompt in enumerate(prompts):
+        if taken[i]:
+            continue
+        shared = {
+            j: min(common_prefix(prompt, prompts[j]), len(prompt) - 1, len(prompts[j]) - 1)
+            for j in range(i + 1, len(prompts))
+            if not taken[j]
+        }
+        best = max(shared.values(), default=0)
+        members = [i, *(j for j, n in shared.items() if n == best)]
+        if best - max(hits[m].length for m in members) < min_tokens:
+            continue
+        for m in members:
+            taken[m] = True
+        out.append(prompt[:best])
+    return out
 
 
 class PrefixCache:
