@@ -48,6 +48,15 @@ def banned_tables(tokenizer: Any, texts_per_row: list[tuple[str, ...]], n: int =
     return tables
 
 
+def ban(scores: torch.Tensor, row: int, tokens: set[int]) -> None:
+    """Make ``tokens`` impossible in ``row`` of ``scores``, unless that would leave the row no token at all."""
+    if not tokens:
+        return
+    kept = scores[row].index_fill(0, torch.tensor(sorted(tokens), device=scores.device), float("-inf"))
+    if torch.isfinite(kept).any():
+        scores[row] = kept
+
+
 class NoCopy(LogitsProcessor):
     """Bans, per row, the tokens that would complete an ``n``-token run copied from that row's table."""
 
@@ -61,13 +70,7 @@ class NoCopy(LogitsProcessor):
             return scores
         tails = input_ids[:, input_ids.shape[1] - (self.n - 1) :].tolist()
         for row, (table, tail) in enumerate(zip(self.tables, tails, strict=True)):
-            banned = table.get(tuple(tail))
-            if not banned:
-                continue
-            index = torch.tensor(sorted(banned), device=scores.device)
-            kept = scores[row].index_fill(0, index, float("-inf"))
-            if torch.isfinite(kept).any():
-                scores[row] = kept
+            ban(scores, row, table.get(tuple(tail), set()))
         return cast(torch.FloatTensor, scores)
 
 
@@ -123,9 +126,5 @@ class NoRepeatedOpening(LogitsProcessor):
                 if len(argument) < len(opening) and opening.startswith(argument)
                 for token in self.tokens.completing(opening[len(argument) :])
             }
-            if not banned:
-                continue
-            kept = scores[row].index_fill(0, torch.tensor(sorted(banned), device=scores.device), float("-inf"))
-            if torch.isfinite(kept).any():
-                scores[row] = kept
+            ban(scores, row, banned)
         return cast(torch.FloatTensor, scores)
