@@ -423,7 +423,7 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
             )
             # 1-3. groups until enough carry signal (or the resampling bound is reached)
             groups, skipped, played = play_groups(config, rollout, picker, backend, step)
-            rollout_seconds = time.perf_counter() - t0
+            rollout_s = time.perf_counter() - t0
             backend.close()  # its prefix cache (the model is the loop's); the next step makes a fresh one
             signal = [g for g in groups if g[1]]
             tally["no_signal"] += len(groups) - len(signal)
@@ -440,14 +440,12 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
             # 5. the update
             update = torch_thread.submit(update_policy, model, optimizer, trained, config, bf16)
             loss_value, stats, tokens = update.result()
-            update_seconds = time.perf_counter() - t0 - rollout_seconds
             scheduler.step()  # once per GRPO step, whether or not it trained
             # 6. the log
             episodes = [e for eps, _ in groups for e in eps]
             tally["unrated"] += sum(e.reward.value is None for e in episodes)
-            timing = {"rollout_seconds": round(rollout_seconds, 2), "update_seconds": round(update_seconds, 2)}
-            log.append(step_row(step, episodes, groups, skipped, played, trained, loss_value, stats, tokens, t0))
-            log[-1].update(timing)
+            row = step_row(step, episodes, groups, skipped, played, trained, loss_value, stats, tokens, t0, rollout_s)
+            log.append(row)
             show(len(log), step_line(log[-1]))
             release_memory()
             trim_heap()  # freed activations and caches leave the RSS, so that it stays flat over a run
@@ -523,8 +521,10 @@ def step_row(
     stats: LossStats,
     tokens: int,
     t0: float,
+    rollout_seconds: float,
 ) -> dict[str, Any]:
-    """One step's line in the log."""
+    """One step's line in the log; the step's time split into the rollouts' and the rest (the update)."""
+    seconds = time.perf_counter() - t0
     rated = [e.reward.value for e in episodes if e.reward.value is not None]
     verdicts = [e.reward.success for e in episodes if e.reward.success is not None]
     played_logs = [e.log for e in episodes if e.log is not None]
@@ -544,7 +544,9 @@ def step_row(
         "trained_sequences": len(trained),
         "tokens": tokens,
         "peak_rss_mb": peak_rss_mb(),
-        "seconds": round(time.perf_counter() - t0, 2),
+        "rollout_seconds": round(rollout_seconds, 2),
+        "update_seconds": round(seconds - rollout_seconds, 2),
+        "seconds": round(seconds, 2),
     }
 
 
