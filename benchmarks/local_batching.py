@@ -3,6 +3,7 @@
     python benchmarks/local_batching.py                   # smollm2-135m, 1/4/8/16 concurrent, all modes
     python benchmarks/local_batching.py --concurrency 8 --modes json --max-new-tokens 64
     python benchmarks/local_batching.py --modes episodes --concurrency 8 16 --episode-turns 8
+    python benchmarks/local_batching.py --modes episodes episodes-generate --concurrency 8 16 32 --episode-turns 20
     python benchmarks/local_batching.py --quick            # tiny sizes (the smoke test)
 
 ``free`` and ``json`` requests are action prompts in the style of the LLM agent's (about
@@ -15,8 +16,10 @@ batched or not on a CPU).
 the agents are offered only "speak" (``TalkingAgent``), since the greedy 135M model otherwise leaves after
 about three turns and there would be no long conversation to measure (``tests/custom_agents.py``):
 N episodes at once against the same episodes one after another, once with the prompt prefix cache
-(the backend's default) and once without it ("episodes-nocache"). The request modes run without the
-prefix cache, so that they measure batching alone.
+(the backend's default) and once without it ("episodes-nocache"). Both decode through the continuous-batching
+scheduler (the default); "episodes-generate" plays them through ``model.generate`` one batch at a time (the
+path before the scheduler, kept for models it cannot hold), with the prefix cache. The request modes run
+without the prefix cache, so that they measure batching alone.
 Decoding is greedy by default, so batched and sequential runs produce the same text
 and the comparison is about throughput only.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import time
 from dataclasses import dataclass
 
@@ -45,7 +49,9 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.runner import play
 
 _ = _common
-EPISODE_MODES = ("episodes", "episodes-nocache")
+EPISODE_MODES = ("episodes", "episodes-generate", "episodes-nocache")
+# (prefix cache on, continuous batching on) per mode; the request modes measure batching alone
+BACKENDS = {"episodes": (True, True), "episodes-generate": (True, False)}
 
 
 NAMES = ["Alice", "Bob", "Carol", "Dan", "Eve", "Frank", "Grace", "Heidi"]
@@ -131,22 +137,29 @@ def _row(backend: LocalBackend, mode: str, label: str, before: tuple[int, ...], 
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    backends: dict[bool, LocalBackend] = {}
+    backends: dict[tuple[bool, bool], LocalBackend] = {}
     torch_threads = __import__("torch").get_num_threads()
     rows = []
     for mode in args.modes:
-        cached = mode == "episodes"  # the request modes measure batching alone
-        if cached not in backends:
-            backends[cached] = LocalBackend.from_spec(
-                args.model, device=args.device, max_batch_size=max(args.concurrency), prefix_cache_mb=1024 * cached
+        key = BACKENDS.get(mode, (False, True))
+        if key not in backends:
+            cached, continuous = key
+            backends[key] = LocalBackend.from_spec(
+                args.model,
+                device=args.device,
+                max_batch_size=max(args.concurrency),
+                prefix_cache_mb=1024 * cached,
+                continuous=continuous,
             )
-            print(f"{backends[cached]!r}, prefix cache {'on' if cached else 'off'}, torch threads {torch_threads}")
-        backend = backends[cached]
+            how = "continuous batching" if continuous else "generate, a batch at a time"
+            print(f"{backends[key]!r}, prefix cache {'on' if cached else 'off'}, {how}, torch threads {torch_threads}")
+        backend = backends[key]
         if mode in EPISODE_MODES:
             setups = distinct_setups(max(args.sequential, *args.concurrency))
             await measure_episodes(backend, mode, "warm-up", setups[:2], True, args)
-            rows.append(await measure_episodes(backend, mode, "sequential", setups[: args.sequential], False, args))
-            print(_line(rows[-1]), flush=True)
+            if not (mode == "episodes-generate" and "episodes" in args.modes):  # one at a time is alike both ways
+                rows.append(await measure_episodes(backend, mode, "sequential", setups[: args.sequential], False, args))
+                print(_line(rows[-1]), flush=True)
             for n in args.concurrency:
                 rows.append(await measure_episodes(backend, mode, f"concurrent {n}", setups[:n], True, args))
                 print(_line(rows[-1]), flush=True)
@@ -166,6 +179,11 @@ def _line(row: Row) -> str:
     return f"  {row.mode:16} {row.label:14} {row.tokens:5} tokens in {row.seconds:6.1f}s = {row.tps:6.1f} tok/s"
 
 
+def _baseline(mode: str, base: dict[str, float]) -> str:
+    """The sequential run a mode is compared with: its own, or (episodes-generate) the scheduler's."""
+    return mode if mode in base or mode != "episodes-generate" else "episodes"
+
+
 def print_rows(rows: list[Row]) -> None:
     base = {r.mode: r.tps for r in rows if r.label == "sequential"}
     table = [
@@ -177,7 +195,7 @@ def print_rows(rows: list[Row]) -> None:
             r.tokens,
             r.seconds,
             r.tps,
-            f"{r.tps / base[r.mode]:.1f}x" if base.get(r.mode) else "-",
+            f"{r.tps / base[_baseline(r.mode, base)]:.1f}x" if base.get(_baseline(r.mode, base)) else "-",
             f"{100 * r.reused:.0f}%",
             r.truncated if r.mode in ("json", *EPISODE_MODES) else "-",
         )
@@ -211,6 +229,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"# Local backend batching ({args.model}, {args.device}, greedy={args.temperature <= 0})\n\n{machine_line()}")
     print_rows(asyncio.run(run(args)))
+    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":

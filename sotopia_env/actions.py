@@ -57,6 +57,8 @@ MAX_ARGUMENT_CHARS = 600
 WORDED_ACTIONS: tuple[str, ...] = (ActionType.speak.value, ActionType.non_verbal.value, ActionType.action.value)
 _JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
 WORDED_ARGUMENT = rf"^[^\s\x00-\x1f.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}*$"
+# Any argument, written as JSON allows: xgrammar's plain length-bounded string lets raw control characters through
+FREE_ARGUMENT = rf"^{_JSON_CHAR}*$"
 
 
 def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
@@ -73,7 +75,7 @@ def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
         _action_object(group, argument)
         for group, argument in (
             (worded, {"type": "string", "pattern": WORDED_ARGUMENT, "maxLength": MAX_ARGUMENT_CHARS}),
-            (free, {"type": "string", "maxLength": MAX_ARGUMENT_CHARS}),
+            (free, {"type": "string", "pattern": FREE_ARGUMENT, "maxLength": MAX_ARGUMENT_CHARS}),
         )
         if group
     ]

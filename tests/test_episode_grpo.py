@@ -402,7 +402,9 @@ def test_generation_and_updates_share_one_worker_thread(tmp_path, tmp_path_facto
     from sotopia_env.backends.local import LocalBackend
 
     threads: dict[str, set[int]] = {"generate": set(), "update": set()}
-    run_batch, update = LocalBackend._run_batch, episode_grpo.update_policy
+    from sotopia_env.backends.scheduler import Scheduler
+
+    run_batch, schedule, update = LocalBackend._run_batch, Scheduler.run, episode_grpo.update_policy
 
     def recorded(kind, fn):
         def wrapper(*args, **kwargs):
@@ -412,6 +414,7 @@ def test_generation_and_updates_share_one_worker_thread(tmp_path, tmp_path_facto
         return wrapper
 
     monkeypatch.setattr(LocalBackend, "_run_batch", recorded("generate", run_batch))
+    monkeypatch.setattr(Scheduler, "run", recorded("generate", schedule))
     monkeypatch.setattr(episode_grpo, "update_policy", recorded("update", update))
     train_episode_grpo(_config(tmp_path, tiny_model_spec(tmp_path_factory)))
     assert len(threads["generate"]) == 1 and threads["generate"] == threads["update"]

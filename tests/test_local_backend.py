@@ -81,11 +81,14 @@ def test_left_padding_matches_unbatched_greedy(tiny: LocalBackend) -> None:
         assert out.prompt_tokens == len(tiny.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def test_sampling_settings_group_batches_and_row_limits(tiny: LocalBackend) -> None:
+@pytest.mark.parametrize("continuous", [True, False], ids=["scheduler", "generate"])
+def test_sampling_settings_and_row_limits(tiny_model_dir: Path, continuous: bool) -> None:
+    """The scheduler runs rows of any sampling settings together; generate's batches group them."""
+    tiny = LocalBackend.from_spec(str(tiny_model_dir), batch_window_s=0.02, continuous=continuous)
     requests = [ask("a", max_new_tokens=3), ask("b", max_new_tokens=9), ask("c", temperature=0.8, seed=1)]
     outs = asyncio.run(concurrently(tiny, requests))
-    assert tiny.generate_calls == 2  # greedy rows together, the sampled one alone
-    assert outs[0].meta["batch_size"] == outs[1].meta["batch_size"] == 2
+    assert tiny.generate_calls == (1 if continuous else 2)  # generate: greedy rows together, the sampled one alone
+    assert outs[0].meta["batch_size"] == outs[1].meta["batch_size"] == (3 if continuous else 2)
     for out, limit in ((outs[0], 3), (outs[1], 9)):
         assert out.completion_tokens <= limit
         assert (out.completion_tokens == limit) == (out.meta["finish_reason"] == "length")
@@ -127,8 +130,13 @@ def test_json_cut_short_is_returned_and_counted(tiny: LocalBackend) -> None:
     assert tiny.stats.json_truncated == 1
 
 
-def test_failed_batch_errors_every_row_then_recovers(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tiny.lm.generate
+@pytest.mark.parametrize("continuous", [True, False], ids=["scheduler", "generate"])
+def test_failed_batch_errors_every_row_then_recovers(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, continuous: bool
+) -> None:
+    tiny = LocalBackend.from_spec(str(tiny_model_dir), batch_window_s=0.02, continuous=continuous)
+    entry = "forward" if continuous else "generate"  # the scheduler runs the model's forward passes itself
+    real = getattr(tiny.lm, entry)
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -137,7 +145,7 @@ def test_failed_batch_errors_every_row_then_recovers(tiny: LocalBackend, monkeyp
             raise RuntimeError("CUDA out of memory. Tried to allocate 2 GiB\nmore details")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tiny.lm, "generate", flaky)
+    monkeypatch.setattr(tiny.lm, entry, flaky)
     failed = asyncio.run(concurrently(tiny, [ask("x"), ask("y"), ask("z")]))
     assert [o.ok for o in failed] == [False] * 3
     assert all(o.text == "" and "out of memory" in o.error and "\n" not in o.error for o in failed)

@@ -1,7 +1,8 @@
 """The local backend's record of what it sampled (``ChatRequest.logprobs``): the ids, and their log-probabilities
 under the policy (raw logits over the temperature) and under the distribution each token was drawn from.
 
-All on the tiny random llama of ``conftest.py``.
+All on the tiny random llama of ``conftest.py``, through both ways the backend decodes: its continuous-batching
+scheduler and ``model.generate`` (kept for models the scheduler cannot hold).
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ ENUM_SCHEMA = {
 PROMPTS = ["hi", "Hello, how are you today?", "speak to me about the argument, my friend, please"]
 
 
-@pytest.fixture
-def tiny(tiny_model_dir: Path) -> LocalBackend:
-    return LocalBackend.from_spec(str(tiny_model_dir), max_batch_size=8, batch_window_s=0.02)
+@pytest.fixture(params=[True, False], ids=["scheduler", "generate"])
+def tiny(tiny_model_dir: Path, request: pytest.FixtureRequest) -> LocalBackend:
+    return LocalBackend.from_spec(str(tiny_model_dir), max_batch_size=8, batch_window_s=0.02, continuous=request.param)
 
 
-@pytest.fixture
-def uncached(tiny_model_dir: Path) -> LocalBackend:
+@pytest.fixture(params=[True, False], ids=["scheduler", "generate"])
+def uncached(tiny_model_dir: Path, request: pytest.FixtureRequest) -> LocalBackend:
     """No prefix cache: a repeated batch is laid out (and computed) exactly as the first time."""
-    return LocalBackend.from_spec(str(tiny_model_dir), max_batch_size=8, batch_window_s=0.02, prefix_cache_mb=0)
+    return LocalBackend.from_spec(
+        str(tiny_model_dir), max_batch_size=8, batch_window_s=0.02, prefix_cache_mb=0, continuous=request.param
+    )
 
 
 def ask(text: str, **kwargs: Any) -> ChatRequest:
@@ -53,8 +56,11 @@ def run(backend: LocalBackend, requests: list[ChatRequest]) -> list[Completion]:
     return outs
 
 
-def spy_on_generate(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
-    """Every tensor ``model.generate`` returns, in order: what was really sampled."""
+def spy_on_generate(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor] | None:
+    """Every tensor ``model.generate`` returns, in order: what was really sampled. None under the scheduler, whose
+    record is read from the very buffer of ids it feeds the model."""
+    if backend._scheduler is not None:
+        return None
     outputs: list[torch.Tensor] = []
     real = backend.lm.generate
 
@@ -125,13 +131,13 @@ def test_constrained_rows_record_the_sampled_ids_and_the_masked_distribution(
         ask("speak to me about the argument, my friend", json_schema=schema, max_new_tokens=30, logprobs=True),
     ]
     outs = run(tiny, requests)
-    (out_ids,) = sampled
     width = max(len(o.meta["prompt_ids"]) for o in outs)  # the left-padded prompts' width (nothing cached yet)
     assert {o.meta["finish_reason"] for o in outs} == {"stop", "length"}
     differ = False
     for row, out in enumerate(outs):
         ids = out.meta["token_ids"]
-        assert out_ids[row, width : width + len(ids)].tolist() == ids  # exactly what generate sampled
+        if sampled is not None:
+            assert sampled[0][row, width : width + len(ids)].tolist() == ids  # exactly what generate sampled
         if out.meta["finish_reason"] == "stop":
             json.loads(out.text)
         check_record(tiny, out, temperature=0.7)
@@ -156,8 +162,9 @@ def test_recording_samples_the_same_tokens(
     plain = run(uncached, mixed)
     some = run(uncached, [ChatRequest(**{**r.__dict__, "logprobs": row != 1}) for row, r in enumerate(mixed)])
     every = run(uncached, [ChatRequest(**{**r.__dict__, "logprobs": True}) for r in mixed])
-    assert len(sampled) == 3
-    assert torch.equal(sampled[1], sampled[0]) and torch.equal(sampled[2], sampled[0])
+    if sampled is not None:
+        assert len(sampled) == 3
+        assert torch.equal(sampled[1], sampled[0]) and torch.equal(sampled[2], sampled[0])
     for outs in (some, every):
         assert [o.text for o in outs] == [o.text for o in plain]
         assert [o.meta["finish_reason"] for o in outs] == [o.meta["finish_reason"] for o in plain]
@@ -191,7 +198,8 @@ def test_model_default_penalty_and_top_k_are_applied_alike_when_recording(
     requests = [ask(p, max_new_tokens=20, temperature=1.3, top_p=0.9, seed=9) for p in PROMPTS]
     plain = run(uncached, requests)
     recorded = run(uncached, [ChatRequest(**{**r.__dict__, "logprobs": True}) for r in requests])
-    assert torch.equal(sampled[0], sampled[1])
+    if sampled is not None:
+        assert torch.equal(sampled[0], sampled[1])
     assert [o.text for o in recorded] == [o.text for o in plain]
     config.repetition_penalty, config.top_k = 1.0, 0
     without = run(uncached, requests)

@@ -44,6 +44,12 @@ class Completion:
         return self.error is None
 
 
+def describe(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
+
+
 class BackendError(RuntimeError):
     """A backend could not produce a completion (after its retries)."""
 

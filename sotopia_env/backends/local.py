@@ -1,16 +1,22 @@
 """The local transformers backend: batched generation on this machine, JSON constrained by xgrammar.
 
-Concurrent ``generate`` calls made in one event loop (many agents, many episodes)
-are collected for ``batch_window_s`` and run as one batched ``model.generate``
-(left padding, the tokenizer's chat template) in a worker thread, one batch at a
-time per backend, so the event loop keeps collecting while the model runs. ``executor=`` picks that thread:
-code that also trains the model (episode GRPO) passes its one torch thread, because generating on a
-different thread from the one that ran the backward pass was twice as slow on CPU (each thread has its own
-allocator arena and OpenMP team).
+Concurrent ``generate`` calls (many agents, many episodes, from any event loop) are served by a
+continuous-batching scheduler (``scheduler.py``): a request joins the running batch at the next decoding step
+and leaves it when it ends, every row with its own logits processors and keys/values in a slot cache within
+``kv_cache_mb`` (``slot_cache.py``). It runs in a worker thread while there is work, so the event loop keeps
+collecting requests while the model runs. ``executor=`` picks that thread: code that also trains the model
+(episode GRPO) passes its one torch thread, because generating on a different thread from the one that ran
+the backward pass was twice as slow on CPU (each thread has its own allocator arena and OpenMP team).
 
-A batch holds requests with the same sampling settings (greedy, or the same
-temperature and top_p; and the same ``repetition_penalty``, which counts the reply's own tokens only);
-``max_new_tokens`` and the JSON schema may differ per row. Requests with a ``json_schema`` are constrained
+Models whose cache the scheduler cannot hold (sliding windows, linear attention: ``prefix_cache.supports``),
+a backend built with ``continuous=False``, and models whose generation config asks ``generate`` for logits
+processors of its own go through ``model.generate`` instead: requests collected for ``batch_window_s`` run as
+one batch (left padding) until its longest answer ends. Such a batch holds requests with the same sampling
+settings (greedy, or the same temperature and top_p; and the same ``repetition_penalty``, which counts the
+reply's own tokens only); ``max_new_tokens`` and the JSON schema may differ per row. Both ways build a row's
+processors alike (``_processors``), so they give the same replies.
+
+Requests with a ``json_schema`` are constrained
 by an xgrammar matcher per row, so their output is JSON that follows the schema, unless ``max_new_tokens``
 ends it first: that text is returned as is (``meta["finish_reason"] ==
 "length"``) and counted in ``stats.json_truncated``. A request's ``avoid_copying`` texts (an agent's earlier
@@ -18,8 +24,8 @@ turns) are kept from being copied run by run, and its argument from opening as o
 
 Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its previous prompt's system
 message and conversation, so only the new part of each prompt is prefilled; ``prefix_cache_mb=0`` turns
-that off. Rows of one batch that share a prefix no entry holds yet (the same first prompt for every episode
-of a GRPO group) have it prefilled once for all. ``stats.prefix_reused_tokens`` counts the prompt tokens not
+that off. Rows admitted together (or of one batch) that share a prefix no entry holds yet (the same first
+prompt for every episode of a GRPO group) have it prefilled once for all. ``stats.prefix_reused_tokens`` counts the prompt tokens not
 recomputed, ``stats.shared_prefixes`` the prefixes shared that way.
 
 A request with ``logprobs=True`` gets what was sampled in ``meta``: ``prompt_ids`` (its prompt's ids, no
@@ -68,7 +74,8 @@ from transformers import (
 )
 
 from sotopia_env.backends import prefix_cache
-from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.base import ChatRequest, Completion, describe
+from sotopia_env.backends.scheduler import Scheduler, Waiting
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.model_ref import read_model_ref
 from sotopia_env.prompt import prompt_text
@@ -81,7 +88,7 @@ if TYPE_CHECKING:
 class LocalStats:
     """Counters over the backend's life."""
 
-    generate_calls: int = 0  # model.generate invocations (one per batch)
+    generate_calls: int = 0  # batches started: admissions of the scheduler (one prefill each), or model.generate calls
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -89,6 +96,10 @@ class LocalStats:
     failed_batches: int = 0
     prefix_reused_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
     shared_prefixes: int = 0  # prefixes that several rows of a batch shared, prefilled once for all of them
+    decode_steps: int = 0  # the scheduler's decoding steps (one token for every running row)
+    peak_rows: int = 0  # the most rows the scheduler ran at once
+    kv_peak_bytes: int = 0  # the most its slot cache held
+    cancelled: int = 0  # rows dropped because their caller went away
 
 
 @dataclass
@@ -104,6 +115,16 @@ class _LoopQueue:
     task: asyncio.Task[None] | None = None
 
 
+@dataclass
+class _Plan:
+    """What a set of rows decodes with: its logits processors, their recorders, and generate's own settings."""
+
+    processors: LogitsProcessorList
+    policy: _Recorder | None  # the unconstrained policy's log-probabilities (raw logits / temperature)
+    sampler: _Recorder | None  # those of the distribution each token was drawn from
+    sampling: dict[str, Any]
+
+
 class LocalBackend:
     """A transformers causal LM served to many concurrent callers through one batch."""
 
@@ -116,6 +137,8 @@ class LocalBackend:
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
         prefix_cache_mb: int = 1024,
+        kv_cache_mb: int = 2048,
+        continuous: bool = True,
         executor: Executor | None = None,
     ) -> None:
         self.model = name
@@ -140,8 +163,11 @@ class LocalBackend:
         self._executor = executor  # None: asyncio's default threads
         cacheable = prefix_cache_mb > 0 and prefix_cache.supports(model)
         self._prefix = prefix_cache.PrefixCache(prefix_cache_mb << 20) if cacheable else None
-        forward_params = inspect.signature(model.forward).parameters  # transformers 5 renamed past_key_values
+        base_model = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a PEFT wrapper
+        forward_params = inspect.signature(base_model.forward).parameters  # transformers 5 renamed past_key_values
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        schedulable = continuous and prefix_cache.supports(model)
+        self._scheduler = Scheduler(self, kv_cache_mb) if schedulable else None
 
     @classmethod
     def from_spec(
@@ -153,6 +179,8 @@ class LocalBackend:
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
         prefix_cache_mb: int = 1024,
+        kv_cache_mb: int = 2048,
+        continuous: bool = True,
         **_: Any,
     ) -> LocalBackend:
         """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA."""
@@ -179,6 +207,8 @@ class LocalBackend:
             max_batch_size=max_batch_size,
             batch_window_s=batch_window_s,
             prefix_cache_mb=prefix_cache_mb,
+            kv_cache_mb=kv_cache_mb,
+            continuous=continuous,
         )
 
     @property
@@ -189,6 +219,14 @@ class LocalBackend:
         if not requests:
             return []
         loop = asyncio.get_running_loop()
+        if self._closed:
+            return [Completion(text="", error="local backend is closed") for _ in requests]
+        if self._scheduler is not None and not self._generate_adds_processors(requests):
+            waiting = [Waiting(r, loop.create_future(), loop) for r in requests]
+            if self._scheduler.submit(waiting):
+                worker = loop.run_in_executor(self._executor, self._scheduler.run)
+                worker.add_done_callback(lambda done: done.exception())  # run answers its own failures
+            return list(await asyncio.gather(*(w.future for w in waiting)))
         queue = self._queues.setdefault(loop, _LoopQueue())
         items = [_Pending(r, loop.create_future()) for r in requests]
         queue.pending.extend(items)
@@ -207,7 +245,7 @@ class LocalBackend:
             try:
                 results = await self._in_worker([p.request for p in batch])
             except Exception as exc:  # _run_batch reports its own errors; this is a last resort
-                results = [Completion(text="", error=f"local backend: {_describe(exc)}") for _ in batch]
+                results = [Completion(text="", error=f"local backend: {describe(exc)}") for _ in batch]
             for item, completion in zip(batch, results, strict=True):
                 if not item.future.done():
                     item.future.set_result(completion)
@@ -243,14 +281,9 @@ class LocalBackend:
             grammars: list[xgr.CompiledGrammar | None] = []
             for i, request in enumerate(requests):
                 try:
-                    if request.max_new_tokens < 1:
-                        raise ValueError("max_new_tokens must be at least 1")
-                    if request.logprobs:
-                        self._check_recordable(sampled=request.temperature > 0)
-                    prompt = self._prompt(request.messages)
-                    grammar = self._constraint(request)
+                    prompt, grammar = self._validated(request)
                 except Exception as exc:
-                    results[i] = Completion(text="", error=f"bad request: {_describe(exc)}")
+                    results[i] = Completion(text="", error=f"bad request: {describe(exc)}")
                     continue
                 rows.append(i)
                 prompts.append(prompt)
@@ -263,12 +296,30 @@ class LocalBackend:
                     self.stats.failed_batches += 1
                     if self.device.type == "cuda":
                         torch.cuda.empty_cache()
-                    error = f"local generation failed: {_describe(exc)}"
+                    error = f"local generation failed: {describe(exc)}"
                     done = [Completion(text="", error=error, latency_s=time.perf_counter() - start) for _ in rows]
                 for i, completion in zip(rows, done, strict=True):
                     results[i] = completion
             self.stats.requests += len(requests)
             return [c if c is not None else Completion(text="", error="not generated") for c in results]
+
+    def _validated(self, request: ChatRequest) -> tuple[str, xgr.CompiledGrammar | None]:
+        """A request's prompt text and compiled constraint; raises on a request that cannot run."""
+        if request.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if request.logprobs:
+            self._check_recordable(sampled=request.temperature > 0)
+        return self._prompt(request.messages), self._constraint(request)
+
+    def _generate_adds_processors(self, requests: list[ChatRequest]) -> bool:
+        """Whether the model's generation config has settings from which ``generate`` would build processors of
+        its own (beyond a repetition penalty, temperature, top-k and top-p): such requests go through
+        ``generate``, which applies them, rather than the scheduler, which does not."""
+        config = self.lm.generation_config
+        if any(is_set(getattr(config, name, None)) for name, is_set in _ADDED_AHEAD.items()):
+            return True
+        sampled = any(r.temperature > 0 for r in requests)
+        return sampled and any(is_set(getattr(config, name, None)) for name, is_set in _ADDED_AFTER.items())
 
     def _generate_rows(
         self, requests: list[ChatRequest], prompts: list[str], grammars: list[xgr.CompiledGrammar | None]
@@ -282,41 +333,9 @@ class LocalBackend:
         layout, cache = prefix_cache.assemble(self.lm, tokens, hits, int(self.tokenizer.pad_token_id))
         prompt_len = layout.width
         limits = [r.max_new_tokens for r in requests]
-        first = requests[0]  # the batch's sampling settings (``_sampling_key``)
-        sampled = first.temperature > 0
-        recording = any(r.logprobs for r in requests)
-        processors = LogitsProcessorList()
-        policy: _Recorder | None = None  # the unconstrained policy's log-probabilities (raw logits / temperature)
-        sampler: _Recorder | None = None  # those of the distribution each token was drawn from
-        sampling = self._sampling_kwargs(first)
-        if recording:  # see the module docstring; the sampled tokens are the same as without recording
-            temperature = first.temperature if sampled else 1.0
-            policy = _Recorder(len(requests), max(limits), prompt_len, self.device, temperature)
-            processors.append(policy)
-            default_penalty = self.lm.generation_config.repetition_penalty
-            if first.repetition_penalty == 1.0 and default_penalty not in (None, 1.0):
-                # generate would put the model's default penalty (prompt included) ahead of the recorder; ours
-                # goes right after it instead, built as generate builds it
-                pads = (layout.attention_mask != 0).int().argmax(dim=1)
-                processors.append(RepetitionPenaltyLogitsProcessor(float(default_penalty), prompt_ignore_length=pads))
-            sampling["repetition_penalty"] = 1.0
-        if first.repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
-            processors.append(RepetitionPenaltyLogitsProcessor(float(first.repetition_penalty), prompt_len))
-        if any(g is not None for g in grammars):
-            processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers))
-        if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
-            tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
-            processors.append(NoCopy(tables, prompt_len))
-            starts = [openings(r.avoid_copying) for r in requests]
-            if any(starts):
-                processors.append(NoRepeatedOpening(starts, self._token_texts(), self.tokenizer, prompt_len))
-        if sampled:  # generate's own warpers would come after the last recorder and the row sampler: ours instead
-            processors.extend(self._warpers(first))
-            sampling.update(temperature=1.0, top_k=0, top_p=1.0)
-            if recording:
-                sampler = _Recorder(len(requests), max(limits), prompt_len, self.device)
-                processors.append(sampler)
-            processors.append(_RowSampler([self._generator(r.seed) for r in requests]))
+        pads = (layout.attention_mask != 0).int().argmax(dim=1)
+        plan = self._processors(requests, grammars, limits, prompt_len, pads, by_generate=True)
+        processors, policy, sampler, sampling = plan.processors, plan.policy, plan.sampler, plan.sampling
         stopping = StoppingCriteriaList([_RowLimits(limits, prompt_len)]) if len(set(limits)) > 1 else None
         self.stats.generate_calls += 1
         with torch.inference_mode():
@@ -356,6 +375,54 @@ class LocalBackend:
             )
             for row, limit in enumerate(limits)
         ]
+
+    def _processors(
+        self,
+        requests: list[ChatRequest],
+        grammars: list[xgr.CompiledGrammar | None],
+        limits: list[int],
+        prompt_len: int,
+        pads: torch.Tensor,
+        *,
+        by_generate: bool,
+    ) -> _Plan:
+        """The logits processors of rows that share sampling settings (``_sampling_key``), for prompts laid out
+        in ``prompt_len`` columns (``pads`` of them padding, per row). ``by_generate``: ``generate`` runs them, and
+        adds the model's default repetition penalty itself unless recording; otherwise (the scheduler) nothing
+        is added to what is built here."""
+        first = requests[0]
+        sampled = first.temperature > 0
+        recording = any(r.logprobs for r in requests)
+        plan = _Plan(LogitsProcessorList(), None, None, self._sampling_kwargs(first))
+        processors = plan.processors
+        if recording:  # see the module docstring; the sampled tokens are the same as without recording
+            temperature = first.temperature if sampled else 1.0
+            plan.policy = _Recorder(len(requests), max(limits), prompt_len, self.device, temperature)
+            processors.append(plan.policy)
+            plan.sampling["repetition_penalty"] = 1.0
+        default_penalty = self.lm.generation_config.repetition_penalty
+        if first.repetition_penalty == 1.0 and default_penalty not in (None, 1.0) and (recording or not by_generate):
+            # generate would put the model's default penalty (prompt included) ahead of the recorder; ours
+            # goes right after it instead, built as generate builds it
+            processors.append(RepetitionPenaltyLogitsProcessor(float(default_penalty), prompt_ignore_length=pads))
+        if first.repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
+            processors.append(RepetitionPenaltyLogitsProcessor(float(first.repetition_penalty), prompt_len))
+        if any(g is not None for g in grammars):
+            processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers))
+        if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
+            tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
+            processors.append(NoCopy(tables, prompt_len))
+            starts = [openings(r.avoid_copying) for r in requests]
+            if any(starts):
+                processors.append(NoRepeatedOpening(starts, self._token_texts(), self.tokenizer, prompt_len))
+        if sampled:  # generate's own warpers would come after the last recorder and the row sampler: ours instead
+            processors.extend(self._warpers(first))
+            plan.sampling.update(temperature=1.0, top_k=0, top_p=1.0)
+            if recording:
+                plan.sampler = _Recorder(len(requests), max(limits), prompt_len, self.device)
+                processors.append(plan.sampler)
+            processors.append(_RowSampler([self._generator(r.seed) for r in requests]))
+        return plan
 
     def _hits(self, tokens: list[torch.Tensor]) -> list[prefix_cache.Hit]:
         """Each row's cached prefix. Prefixes that several rows share and no entry holds yet (a GRPO group's first
@@ -732,7 +799,3 @@ def _is_json(text: str) -> bool:
         return False
     return True
 
-
-def _describe(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
