@@ -83,3 +83,13 @@ def test_cpu_precision_benchmark_runs_on_the_embedded_model(embedded_model_path:
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     assert "### One LoRA training step on the CPU" in result.stdout and "native bf16 on this CPU" in result.stdout
     assert len([line for line in result.stdout.splitlines() if line.startswith(("| fp32", "| bf16"))]) == 2
+
+
+@pytest.mark.model
+def test_grpo_step_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grpo_step.py"), "--quick"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "### episode-GRPO steps" in result.stdout and "load average" in result.stdout
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| this code")]
+    assert float(row.split("|")[5]) > 0  # the rollouts took time: they ran

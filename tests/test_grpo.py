@@ -87,6 +87,37 @@ def test_two_grpo_steps_on_each_task_leave_a_model_spec(task, tmp_path, tiny_mod
     assert saved["steps"] == 2 and saved["none_rewards"] == 0
 
 
+@pytest.mark.parametrize("local", [True, False], ids=["local-rollouts", "trl-generate"])
+def test_completions_come_from_the_local_backend_unless_turned_off(tmp_path, tiny_model_dir, monkeypatch, local):
+    """The rollouts go through the backend's scheduler (TRL's own generate when ``local_rollouts`` is off): each
+    prompt of the group once per completion, at the trainer's temperature, recording what was sampled, and TRL
+    trains on those very ids (its logged completion lengths are theirs)."""
+    from sotopia_env.backends.local import LocalBackend
+
+    calls: list[tuple[list, list]] = []
+    real = LocalBackend.generate_now
+
+    def recorded(self, requests):
+        outs = real(self, requests)
+        calls.append((requests, outs))
+        return outs
+
+    monkeypatch.setattr(LocalBackend, "generate_now", recorded)
+    result = train_grpo(_config(tmp_path, tiny_model_dir, temperature=0.8, local_rollouts=local))
+    assert result.steps == 2
+    if not local:
+        assert calls == []
+        return
+    assert len(calls) == 2
+    steps = [h for h in result.log if "reward" in h]
+    for (requests, outs), logged in zip(calls, steps, strict=True):
+        assert len(requests) == 2 and requests[0].messages == requests[1].messages  # a group of two
+        assert all(r.logprobs and r.temperature == 0.8 and r.max_new_tokens == 8 for r in requests)
+        assert requests[0].seed != requests[1].seed
+        lengths = [len(out.meta["token_ids"]) for out in outs]
+        assert logged["completions/mean_length"] == pytest.approx(sum(lengths) / len(lengths))
+
+
 def _column_task(seen: list, nones: str):
     """A task registered from the test: its reward records the columns it gets and returns None as told
     (``half``: every other completion; ``after-first``: every completion after the first batch)."""

@@ -25,8 +25,8 @@ turns) are kept from being copied run by run, and its argument from opening as o
 Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its previous prompt's system
 message and conversation, so only the new part of each prompt is prefilled; ``prefix_cache_mb=0`` turns
 that off. Rows admitted together (or of one batch) that share a prefix no entry holds yet (the same first
-prompt for every episode of a GRPO group) have it prefilled once for all. ``stats.prefix_reused_tokens`` counts the prompt tokens not
-recomputed, ``stats.shared_prefixes`` the prefixes shared that way.
+prompt for every episode of a GRPO group) have it prefilled once for all. ``stats.prefix_reused_tokens``
+counts the prompt tokens not recomputed, ``stats.shared_prefixes`` the prefixes shared that way.
 
 A request with ``logprobs=True`` gets what was sampled in ``meta``: ``prompt_ids`` (its prompt's ids, no
 padding), ``token_ids`` (the sampled ids, the stop token included when ``finish_reason == "stop"``; never
@@ -50,6 +50,7 @@ float noise of batched arithmetic. Requests without a seed draw from torch's glo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import inspect
 import json
@@ -75,8 +76,8 @@ from transformers import (
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion, describe
-from sotopia_env.backends.scheduler import Scheduler, Waiting
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
+from sotopia_env.backends.scheduler import Scheduler, Waiting
 from sotopia_env.model_ref import read_model_ref
 from sotopia_env.prompt import prompt_text
 
@@ -233,6 +234,31 @@ class LocalBackend:
         if queue.task is None or queue.task.done():
             queue.task = loop.create_task(self._drain(queue))
         return list(await asyncio.gather(*(item.future for item in items)))
+
+    def generate_now(self, requests: list[ChatRequest]) -> list[Completion]:
+        """``generate`` for code without an event loop (a trainer's rollouts): blocks until every answer is in.
+        The scheduler runs in the calling thread, unless a worker is already at work (then it waits for it)."""
+        if self._closed:
+            return [Completion(text="", error="local backend is closed") for _ in requests]
+        if self._scheduler is None or self._generate_adds_processors(requests):
+            return self._run_batches(requests)
+        waiting = [Waiting(r, concurrent.futures.Future()) for r in requests]
+        if self._scheduler.submit(waiting):
+            self._scheduler.run()
+        return [w.future.result() for w in waiting]
+
+    def _run_batches(self, requests: list[ChatRequest]) -> list[Completion]:
+        """``requests`` through ``generate``, in batches of like sampling settings and ``max_batch_size`` rows."""
+        out: list[Completion] = [Completion(text="", error="not generated")] * len(requests)
+        groups: dict[tuple[float, float, float], list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(_sampling_key(request), []).append(i)
+        for rows in groups.values():
+            for k in range(0, len(rows), self.max_batch_size):
+                chunk = rows[k : k + self.max_batch_size]
+                for i, completion in zip(chunk, self._run_batch([requests[i] for i in chunk]), strict=True):
+                    out[i] = completion
+        return out
 
     async def _drain(self, queue: _LoopQueue) -> None:
         """Run batches while requests keep arriving; each batch waits ``batch_window_s`` for company."""
@@ -798,4 +824,3 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
-

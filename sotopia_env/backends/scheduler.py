@@ -23,6 +23,7 @@ seeded sample does not depend on what else was running, up to the float noise of
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,11 +42,11 @@ PREFILL_TOKENS = 8192  # new prompt tokens one admission prefills at most (one r
 
 @dataclass
 class Waiting:
-    """A request and where its answer goes."""
+    """A request and where its answer goes: an asyncio future of ``loop``'s, or (``loop`` None) a thread's."""
 
     request: ChatRequest
-    future: asyncio.Future[Completion]
-    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Completion] | concurrent.futures.Future[Completion]
+    loop: asyncio.AbstractEventLoop | None = None
 
     def gone(self) -> bool:
         return self.future.done()  # cancelled by its caller (or answered)
@@ -55,6 +56,9 @@ class Waiting:
             if not self.future.done():
                 self.future.set_result(completion)
 
+        if self.loop is None:
+            settle()
+            return
         try:
             self.loop.call_soon_threadsafe(settle)
         except RuntimeError:  # the caller's event loop has closed: nobody is waiting
@@ -311,4 +315,3 @@ class Scheduler:
         self.cache.release()
         if backend.device.type == "cuda":
             torch.cuda.empty_cache()
-
