@@ -76,20 +76,24 @@ def test_local_batching_benchmark_runs_on_the_embedded_model(embedded_model_path
     assert len(rows) == 4 and all(int(row.split("|")[5].replace(",", "")) > 0 for row in rows)  # tokens made
 
 
-@pytest.mark.model
-def test_cpu_precision_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "cpu_precision.py"), "--quick"]
+def quick_run(script: str) -> str:
+    """``benchmarks/<script> --quick``'s output, once it exited cleanly."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / script), "--quick"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    assert "### One LoRA training step on the CPU" in result.stdout and "native bf16 on this CPU" in result.stdout
-    assert len([line for line in result.stdout.splitlines() if line.startswith(("| fp32", "| bf16"))]) == 2
+    return result.stdout
+
+
+@pytest.mark.model
+def test_cpu_precision_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
+    out = quick_run("cpu_precision.py")
+    assert "### One LoRA training step on the CPU" in out and "native bf16 on this CPU" in out
+    assert len([line for line in out.splitlines() if line.startswith(("| fp32", "| bf16"))]) == 2
 
 
 @pytest.mark.model
 def test_grpo_step_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "grpo_step.py"), "--quick"]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    assert "### episode-GRPO steps" in result.stdout and "load average" in result.stdout
-    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| this code")]
+    out = quick_run("grpo_step.py")
+    assert "### episode-GRPO steps" in out and "load average" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("| this code")]
     assert float(row.split("|")[5]) > 0  # the rollouts took time: they ran
