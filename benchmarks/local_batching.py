@@ -157,7 +157,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
         if mode in EPISODE_MODES:
             setups = distinct_setups(max(args.sequential, *args.concurrency))
             await measure_episodes(backend, mode, "warm-up", setups[:2], True, args)
-            if not (mode == "episodes-generate" and "episodes" in args.modes):  # one at a time is alike both ways
+            alike = mode == "episodes-generate" and "episodes" in args.modes  # one at a time is alike both ways
+            if args.sequential and not alike:
                 rows.append(await measure_episodes(backend, mode, "sequential", setups[: args.sequential], False, args))
                 print(_line(rows[-1]), flush=True)
             for n in args.concurrency:
@@ -211,7 +212,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
-    parser.add_argument("--sequential", type=int, default=8, help="requests (episodes) one at a time for the baseline")
+    parser.add_argument(
+        "--sequential", type=int, default=8, help="requests (episodes) one at a time for the baseline (0: none)"
+    )
     modes = ["free", "json", "story", *EPISODE_MODES]
     parser.add_argument("--modes", nargs="+", choices=modes, default=modes)
     parser.add_argument("--episode-turns", type=int, default=8, help="turns per episode in the episodes modes")

@@ -27,24 +27,26 @@ ACTION_HELP = {
 
 
 def render_prompt(observation: Observation) -> list[dict[str, str]]:
-    """System: who you are, the scenario, what you know, your goal. User: the conversation and the ask.
+    """System: who you are, the scenario, what you know, your goal, and how to answer. User: the conversation
+    and whose move it is.
 
-    The actions are listed speak first (``ACTION_HELP``'s order), whatever order the env gives them in.
+    Everything that stays the same from turn to turn comes before the conversation, so that a turn's prompt
+    starts with the previous turn's prompt up to its last short line: a prefix cache (the local backend's, or
+    a server's) then recomputes only the new lines. The actions are listed speak first (``ACTION_HELP``'s
+    order), whatever order the env gives them in.
     """
     obs = Observation.from_env(observation)
     history = "\n".join(h.render() for h in obs.history) or "(The conversation has not started yet.)"
     ranked = sorted(obs.available_actions, key=lambda a: list(ACTION_HELP).index(a) if a in ACTION_HELP else 99)
     options = "\n".join(f'- "{a}": {ACTION_HELP.get(a, a)}' for a in ranked)
-    user = (
-        f"Conversation so far:\n{history}\n\n"
-        f"It is turn #{obs.turn} and your move, {obs.agent}. Choose one action:\n{options}\n\n"
+    system = (
+        SYSTEM_TEMPLATE.format(name=obs.agent, background=obs.background)
+        + f"\n\nOn your move, choose one action:\n{options}\n\n"
         'Reply with one JSON object only, with two keys: "action_type", one of the actions above, '
         'and "argument", the words you say or a description of what you do.'
     )
-    return [
-        {"role": "system", "content": SYSTEM_TEMPLATE.format(name=obs.agent, background=obs.background)},
-        {"role": "user", "content": user},
-    ]
+    user = f"Conversation so far:\n{history}\n\nIt is turn #{obs.turn} and your move, {obs.agent}."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:

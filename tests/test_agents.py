@@ -59,11 +59,13 @@ def test_prompt_shows_own_goal_and_secret_only(two_friends):
     assert two_friends.scenario.goals[0] in system["content"]
     assert two_friends.scenario.goals[1] not in system["content"] + user["content"]
     assert me.secret in system["content"] and other.secret not in system["content"]
-    assert '"action_type"' in user["content"] and user["content"].startswith("Conversation so far:\n")
+    assert '"action_type"' in system["content"] and user["content"].startswith("Conversation so far:\n")
+    assert user["content"].endswith(f"your move, {me.name}.")
 
 
 def test_next_prompt_extends_the_last_one_but_for_the_ask(two_friends):
-    """The system message stays and the conversation only grows, so prefix caches reuse all but the ask."""
+    """The system message (the ask included) stays and the conversation only grows, so prefix caches reuse all
+    but the last line."""
     env = SocialEnv(setup=two_friends)
     obs, _ = env.reset(seed=0)
     first_name, second_name = two_friends.agent_names

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from sotopia_env.backends.local import LocalBackend, _Plan
 
 PREFILL_TOKENS = 8192  # new prompt tokens one admission prefills at most (one row always goes)
+PADDING_SLACK = 1.25  # a prefill forward runs at most this many token slots per new prompt token
+CPU_GROUP_TOKENS = 512  # on a CPU, rows are prefilled together only up to this many new tokens (no gain beyond)
 
 
 @dataclass
@@ -193,10 +195,17 @@ class Scheduler:
         return _Row(waiting, tokens, plan, grammar is not None, ids, hit)
 
     def _prefill(self, joining: list[_Row], columns: int) -> None:
-        """Copy each joining row's cached prefix into its slot, run the rest of its prompt, choose its first token."""
+        """Prefill the joining rows, in groups of like length (``prefill_groups``), and choose their first tokens."""
+        self.backend.stats.generate_calls += 1
+        self.cache.reserve(len(self.rows) + len(joining), columns)
+        most = CPU_GROUP_TOKENS if self.backend.device.type == "cpu" else PREFILL_TOKENS
+        for group in prefill_groups(joining, most):
+            self._prefill_group(group)
+
+    def _prefill_group(self, joining: list[_Row]) -> None:
+        """Copy each row's cached prefix into its slot, run the rest of its prompt, choose its first token."""
         backend = self.backend
         start = len(self.rows)
-        self.cache.reserve(start + len(joining), columns)
         for k, row in enumerate(joining):
             entry = row.hit.entry
             if entry is not None and row.hit.length:
@@ -208,7 +217,6 @@ class Scheduler:
         for k, row in enumerate(joining):
             input_ids[k, width - queries[k] :] = row.prompt[row.hit.length :]
         self.rows.extend(joining)  # from here a failure fails them with the others
-        backend.stats.generate_calls += 1
         logits = self._forward(start, input_ids, cached, queries)
         if backend._prefix is not None:
             backend.stats.prefix_reused_tokens += sum(cached)
@@ -315,3 +323,22 @@ class Scheduler:
         self.cache.release()
         if backend.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def prefill_groups(rows: list[_Row], most_tokens: int) -> list[list[_Row]]:
+    """``rows`` in groups to prefill together: by length of the prompt part each has to run, each group padding
+    its rows to its longest by at most ``PADDING_SLACK`` and holding at most ``most_tokens`` (one row always
+    goes). Prefill is compute-bound on a CPU: a padded slot costs what a real token does, and a batch of long
+    prompts runs no faster per token than one prompt, so there a first turn of 450 tokens goes alone."""
+    groups: list[list[_Row]] = []
+    real = 0
+    for row in sorted(rows, key=lambda r: len(r.prompt) - r.hit.length):
+        new = len(row.prompt) - row.hit.length
+        fits = (len(groups[-1]) + 1) * new <= PADDING_SLACK * (real + new) if groups else False
+        if fits and real + new <= most_tokens:
+            groups[-1].append(row)
+            real += new
+        else:
+            groups.append([row])
+            real = new
+    return groups
