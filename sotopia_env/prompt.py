@@ -45,7 +45,10 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
         'Reply with one JSON object only, with two keys: "action_type", one of the actions above, '
         'and "argument", the words you say or a description of what you do.'
     )
-    user = f"Conversation so far:\n{history}\n\nIt is turn #{obs.turn} and your move, {obs.agent}."
+    user = (
+        f"Conversation so far:\n{history}\n\n"
+        f"It is turn #{obs.turn} and your move, {obs.agent}. Choose one action: {', '.join(ranked)}."
+    )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -60,7 +60,7 @@ def test_prompt_shows_own_goal_and_secret_only(two_friends):
     assert two_friends.scenario.goals[1] not in system["content"] + user["content"]
     assert me.secret in system["content"] and other.secret not in system["content"]
     assert '"action_type"' in system["content"] and user["content"].startswith("Conversation so far:\n")
-    assert user["content"].endswith(f"your move, {me.name}.")
+    assert f"your move, {me.name}. Choose one action: speak," in user["content"]
 
 
 def test_next_prompt_extends_the_last_one_but_for_the_ask(two_friends):
