@@ -148,7 +148,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 args.model,
                 device=args.device,
                 max_batch_size=max(args.concurrency),
-                prefix_cache_mb=1024 * cached,
+                prefix_cache_mb=4096 * cached,
                 continuous=continuous,
             )
             how = "continuous batching" if continuous else "generate, a batch at a time"

@@ -231,7 +231,7 @@ def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int, e
     It generates on ``executor``, the loop's one torch thread, where the updates run too."""
     from sotopia_env.backends.local import LocalBackend
 
-    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=256, executor=executor)
+    return LocalBackend(model, tokenizer, name, max_batch_size=max_batch_size, prefix_cache_mb=2048, executor=executor)
 
 
 # -- group starts -------------------------------------------------------------------------------------------------

@@ -137,7 +137,7 @@ class LocalBackend:
         *,
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
-        prefix_cache_mb: int = 1024,
+        prefix_cache_mb: int = 4096,
         kv_cache_mb: int = 2048,
         continuous: bool = True,
         executor: Executor | None = None,
@@ -179,7 +179,7 @@ class LocalBackend:
         dtype: str | torch.dtype | None = None,
         max_batch_size: int = 16,
         batch_window_s: float = 0.01,
-        prefix_cache_mb: int = 1024,
+        prefix_cache_mb: int = 4096,
         kv_cache_mb: int = 2048,
         continuous: bool = True,
         **_: Any,
@@ -389,7 +389,7 @@ class LocalBackend:
         if self._prefix is not None:
             self.stats.prefix_reused_tokens += sum(h.length for h in hits)
             for entry, hit in zip(prefix_cache.extract(cache, layout, tokens), hits, strict=True):
-                self._prefix.add(entry, replaces=[hit.entry] if hit.entry is not None else [])
+                self._prefix.add(entry, replaces=prefix_cache.superseded(hit))
         return [
             self._completion(
                 out[row, prompt_len : prompt_len + limit].tolist(),

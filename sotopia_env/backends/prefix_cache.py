@@ -50,6 +50,17 @@ class Hit:
 
 
 MISS = Hit(None, 0)
+SUPERSEDED_TAIL = 64  # a new prompt supersedes an entry it repeats all of but at most this many last tokens
+
+
+def superseded(hit: Hit) -> list[CachedPrompt]:
+    """The entry a prompt stored after ``hit`` makes redundant: the agent's previous prompt, which the new one
+    repeats up to its last line. Not an entry that shares only a common opening (another agent's prompt, the
+    same system template): dropping that one threw out every other agent's prompt just before its next turn."""
+    entry = hit.entry
+    if entry is None or hit.length < len(entry.tokens) - SUPERSEDED_TAIL:
+        return []
+    return [entry]
 
 
 def new_cache(model: Any) -> Any:

@@ -223,7 +223,7 @@ class Scheduler:
             for k, row in enumerate(joining):
                 keys, values = self.cache.read(start + k, len(row.prompt))
                 entry = prefix_cache.CachedPrompt(row.prompt, keys, values)
-                backend._prefix.add(entry, replaces=[row.hit.entry] if row.hit.entry is not None else [])
+                backend._prefix.add(entry, replaces=prefix_cache.superseded(row.hit))
         self._choose(list(range(start, start + len(joining))), logits)
 
     # -- decoding ----------------------------------------------------------------------------------------------
