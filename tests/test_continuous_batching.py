@@ -178,3 +178,17 @@ def test_embedded_model_scheduler_matches_generate(embedded_model_path: str) -> 
     assert [o.text for o in together] == [o.text for o in alone]
     assert model.stats.peak_rows == len(requests) and model.stats.generate_calls == 1
     assert all(o.meta["finish_reason"] == "stop" for o in together)
+
+
+def test_a_failure_while_admitting_answers_every_request(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = backend(tiny_model_dir)
+    real = model._hits
+
+    def broken(tokens):
+        raise RuntimeError("out of memory while looking up prefixes\nmore")
+
+    monkeypatch.setattr(model, "_hits", broken)
+    outs = asyncio.run(asyncio.wait_for(model.generate([ask("a"), ask("b")]), timeout=60))
+    assert all(not o.ok and "out of memory" in str(o.error) and "\n" not in str(o.error) for o in outs)
+    monkeypatch.setattr(model, "_hits", real)
+    assert all(o.ok for o in asyncio.run(model.generate([ask("a"), ask("b")])))

@@ -140,13 +140,25 @@ class Scheduler:
     # -- admission ---------------------------------------------------------------------------------------------
 
     def _admit(self) -> None:
-        backend = self.backend
+        """Admit what waits, as room allows. A failure answers every request taken (none is left hanging)."""
         with self._inbox_lock:
-            free = backend.max_batch_size - len(self.rows)
+            free = self.backend.max_batch_size - len(self.rows)
             taken, self._inbox = self._inbox[:free], self._inbox[free:]
         taken = [w for w in taken if not w.gone()]
         if not taken:
             return
+        try:
+            self._admit_taken(taken)
+        except Exception as exc:
+            with self._inbox_lock:
+                waiting_again = {id(w) for w in self._inbox}
+            for waiting in taken:
+                if id(waiting) not in waiting_again:
+                    waiting.answer(Completion(text="", error=f"local generation failed: {describe(exc)}"))
+            raise
+
+    def _admit_taken(self, taken: list[Waiting]) -> None:
+        backend = self.backend
         if backend._closed:
             for waiting in taken:
                 waiting.answer(Completion(text="", error="local backend is closed"))
