@@ -77,7 +77,7 @@ from transformers import (
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion, describe
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
-from sotopia_env.backends.scheduler import Scheduler, Waiting
+from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
 from sotopia_env.model_ref import read_model_ref
 from sotopia_env.prompt import prompt_text
 
@@ -114,16 +114,6 @@ class _Pending:
 class _LoopQueue:
     pending: list[_Pending] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
-
-
-@dataclass
-class _Plan:
-    """What a set of rows decodes with: its logits processors, their recorders, and generate's own settings."""
-
-    processors: LogitsProcessorList
-    policy: _Recorder | None  # the unconstrained policy's log-probabilities (raw logits / temperature)
-    sampler: _Recorder | None  # those of the distribution each token was drawn from
-    sampling: dict[str, Any]
 
 
 class LocalBackend:
@@ -411,7 +401,7 @@ class LocalBackend:
         pads: torch.Tensor,
         *,
         by_generate: bool,
-    ) -> _Plan:
+    ) -> Plan:
         """The logits processors of rows that share sampling settings (``_sampling_key``), for prompts laid out
         in ``prompt_len`` columns (``pads`` of them padding, per row). ``by_generate``: ``generate`` runs them, and
         adds the model's default repetition penalty itself unless recording; otherwise (the scheduler) nothing
@@ -419,7 +409,7 @@ class LocalBackend:
         first = requests[0]
         sampled = first.temperature > 0
         recording = any(r.logprobs for r in requests)
-        plan = _Plan(LogitsProcessorList(), None, None, self._sampling_kwargs(first))
+        plan = Plan(LogitsProcessorList(), None, None, self._sampling_kwargs(first))
         processors = plan.processors
         if recording:  # see the module docstring; the sampled tokens are the same as without recording
             temperature = first.temperature if sampled else 1.0

@@ -27,19 +27,28 @@ import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from transformers import LogitsProcessorList
 
 from sotopia_env.backends import prefix_cache, slot_cache
 from sotopia_env.backends.base import ChatRequest, Completion, describe
 
-if TYPE_CHECKING:
-    from sotopia_env.backends.local import LocalBackend, _Plan
-
 PREFILL_TOKENS = 8192  # new prompt tokens one admission prefills at most (one row always goes)
 PADDING_SLACK = 1.25  # a prefill forward runs at most this many token slots per new prompt token
 CPU_GROUP_TOKENS = 512  # on a CPU, rows are prefilled together only up to this many new tokens (no gain beyond)
+
+
+@dataclass
+class Plan:
+    """What rows decode with: their logits processors, the two recorders among them (``backends/local.py``:
+    the policy's and the sampler's log-probabilities), and the settings ``generate`` itself is given."""
+
+    processors: LogitsProcessorList
+    policy: Any  # a recorder of the unconstrained policy's log-probabilities (raw logits / temperature), or None
+    sampler: Any  # a recorder of those of the distribution each token was drawn from, or None
+    sampling: dict[str, Any]
 
 
 @dataclass
@@ -71,7 +80,7 @@ class Waiting:
 class _Row:
     waiting: Waiting
     prompt: torch.Tensor  # 1-D prompt ids
-    plan: _Plan
+    plan: Plan
     constrained: bool
     ids: torch.Tensor  # [1, prompt + max_new_tokens]: the prompt, then the reply so far
     hit: prefix_cache.Hit
@@ -96,7 +105,7 @@ class _Row:
 class Scheduler:
     """The continuous-batching loop of one ``LocalBackend`` (see the module docstring)."""
 
-    def __init__(self, backend: LocalBackend, kv_cache_mb: int) -> None:
+    def __init__(self, backend: Any, kv_cache_mb: int) -> None:  # the LocalBackend it serves
         self.backend = backend
         self.kv_budget = kv_cache_mb << 20
         config = backend.lm.config.get_text_config()
