@@ -113,7 +113,7 @@ class Scheduler:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         dtype = next(backend.lm.parameters()).dtype
         bytes_per_token = 2 * config.num_hidden_layers * heads * head_dim * torch.finfo(dtype).bits // 8
-        self.cache = slot_cache.SlotCache(config.num_hidden_layers, bytes_per_token)
+        self.cache = slot_cache.SlotCache(config.num_hidden_layers, bytes_per_token, backend.device)
         self.rows: list[_Row] = []  # row i holds slot i
         self._inbox: list[Waiting] = []
         self._inbox_lock = threading.Lock()

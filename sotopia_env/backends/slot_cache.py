@@ -38,14 +38,20 @@ class SlotLayer(DynamicLayer):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         owner = self.owner
-        if self.keys is None or self.keys.shape[0] < owner.slots or self.keys.shape[2] < owner.capacity:
-            self._grow(key_states, value_states)
+        self.make_room(key_states, value_states)
         assert self.keys is not None and self.values is not None
         rows, columns = owner.write_rows, owner.write_columns  # [batch, queries] each
         self.keys[rows, :, columns] = key_states.transpose(1, 2).to(self.keys.dtype)
         self.values[rows, :, columns] = value_states.transpose(1, 2).to(self.values.dtype)
         start, stop = owner.rows
         return self.keys[start:stop, :, : owner.width], self.values[start:stop, :, : owner.width]
+
+    def make_room(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Grow the buffers (shaped and typed like ``key_states``) to the owner's slots and capacity, if short."""
+        owner = self.owner
+        if self.keys is not None and self.keys.shape[0] >= owner.slots and self.keys.shape[2] >= owner.capacity:
+            return
+        self._grow(key_states, value_states)
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         owner = self.owner
@@ -69,10 +75,11 @@ class SlotLayer(DynamicLayer):
 class SlotCache(Cache):
     """The scheduler's KV store: ``layers`` slot buffers, sized by ``reserve`` and written through ``prepare``."""
 
-    def __init__(self, num_layers: int, bytes_per_token: int) -> None:
+    def __init__(self, num_layers: int, bytes_per_token: int, device: torch.device) -> None:
         self.owner_layers = [SlotLayer(self) for _ in range(num_layers)]
         super().__init__(layers=list(self.owner_layers))
         self.bytes_per_token = bytes_per_token
+        self.device = device  # the model's: where the write positions go
         self.slots = 0  # the buffers' first dimension (grown lazily by ``update``)
         self.capacity = 0  # and their column count
         self.rows = (0, 0)  # the slots this forward runs over
@@ -98,15 +105,13 @@ class SlotCache(Cache):
         batch = columns.shape[0]
         self.rows = (start, start + batch)
         self.width = width
-        device = self._device()
-        self.write_rows = torch.arange(start, start + batch, device=device).unsqueeze(1).expand_as(columns)
-        self.write_columns = columns.to(device)
+        self.write_rows = torch.arange(start, start + batch, device=self.device).unsqueeze(1).expand_as(columns)
+        self.write_columns = columns.to(self.device)
 
     def copy_in(self, slot: int, keys: list[torch.Tensor], values: list[torch.Tensor], length: int) -> None:
         """Put ``length`` cached tokens (per layer [heads, >= length, dim]) in ``slot``'s first columns."""
         for layer, k, v in zip(self.owner_layers, keys, values, strict=True):
-            if layer.keys is None or layer.keys.shape[0] < self.slots or layer.keys.shape[2] < self.capacity:
-                layer._grow(k.unsqueeze(0), v.unsqueeze(0))
+            layer.make_room(k.unsqueeze(0), v.unsqueeze(0))
             assert layer.keys is not None and layer.values is not None
             layer.keys[slot, :, :length] = k[:, :length].to(layer.keys.device, layer.keys.dtype)
             layer.values[slot, :, :length] = v[:, :length].to(layer.values.device, layer.values.dtype)
@@ -133,10 +138,6 @@ class SlotCache(Cache):
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.width
-
-    def _device(self) -> torch.device:
-        layer = self.owner_layers[0]
-        return layer.keys.device if layer.keys is not None else torch.device("cpu")
 
 
 def mask(lengths_before: list[int], queries: list[int], width: int, dtype: torch.dtype, device: Any) -> torch.Tensor:
