@@ -50,7 +50,11 @@ class LLMAgent:
         self.last_reply = None
         if not obs.my_turn:
             return AgentAction(action_type=ActionType.none)
-        schema = action_json_schema(obs.available_actions) if self.constrained else None
+        schema = (
+            action_json_schema(obs.available_actions, obs.recipients or None, obs.choices or None)
+            if self.constrained
+            else None
+        )
         messages = render_prompt(obs)
         said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
         problems = []
@@ -70,6 +74,12 @@ class LLMAgent:
                 continue
             if action.action_type.value not in obs.available_actions:
                 problems.append(f"action_type {action.action_type.value!r} is not available")
+                continue
+            if obs.choices and action.action_type is ActionType.action and action.argument not in obs.choices:
+                problems.append(f"argument {action.argument!r} is not one of the choices")
+                continue
+            if action.to is not None and not (action.to and set(action.to) <= set(obs.recipients)):
+                problems.append(f"to {action.to!r} names someone who cannot be addressed")
                 continue
             if action.argument.strip() in said:
                 repeat = action, completion  # valid, just stale: kept if no retry does better

@@ -1,4 +1,4 @@
-"""Build an agent from a spec: a model, an alias, ``human``, ``rule-partner`` or ``module:Class``.
+"""Build an agent from a spec: a model, an alias, ``human``, ``rule-partner``, ``rule-player`` or ``module:Class``.
 
 ``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
 folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages. Only the
@@ -25,6 +25,7 @@ from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.errors import UserError
 
 RULE_PARTNER = "rule-partner"
+RULE_PLAYER = "rule-player"
 _CUSTOM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -150,6 +151,10 @@ def load_agent(
         from sotopia_env.agents.rule_partners import RulePartner
 
         return RulePartner()
+    if spec == RULE_PLAYER:
+        from sotopia_env.agents.game_players import RulePlayer
+
+        return RulePlayer()
     if is_custom_spec(spec):
         return load_custom_agent(spec)
     from sotopia_env.agents.llm import LLMAgent

@@ -228,9 +228,9 @@ class RulePartner:
 
 
 def check_rule_specs(scenarios: Iterable[Scenario], agent_specs: Sequence[str], evaluator: str) -> None:
-    """Before playing: ``rule-partner`` only in seat 2, and it and the ``verifiable`` judge only on verifiable
-    scenarios. Raises ``NotVerifiable`` or ``AgentSpecError`` with one line."""
-    from sotopia_env.agents.loading import RULE_PARTNER, AgentSpecError
+    """Before playing: ``rule-partner`` only in seat 2 and on verifiable scenarios, ``rule-player`` only on games,
+    and the ``verifiable`` judge only on either. Raises ``NotVerifiable`` or ``AgentSpecError`` with one line."""
+    from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, AgentSpecError
     from sotopia_env.evaluator_spec import VERIFIABLE
 
     seats = [i for i, spec in enumerate(agent_specs) if spec == RULE_PARTNER]
@@ -238,5 +238,11 @@ def check_rule_specs(scenarios: Iterable[Scenario], agent_specs: Sequence[str], 
         raise AgentSpecError(f"{RULE_PARTNER} plays seat {PARTNER_SEAT + 1} only: pass it as --agent2 (or --partner)")
     if seats:
         require_verifiable(scenarios, RULE_PARTNER)
+    if RULE_PLAYER in agent_specs:
+        for scenario in scenarios:
+            if scenario.game is None:
+                raise AgentSpecError(
+                    f"{RULE_PLAYER} plays games only, and {scenario.id!r} is not one (--scenarios game)"
+                )
     if evaluator.strip().lower() == VERIFIABLE:
-        require_verifiable(scenarios, f"--evaluator {VERIFIABLE}")
+        require_verifiable([s for s in scenarios if s.game is None], f"--evaluator {VERIFIABLE}")

@@ -21,7 +21,7 @@ from typing import Any
 import _common
 from _common import machine_line, print_table
 
-from sotopia_env.actions import MAX_ARGUMENT_CHARS, action_json_schema
+from sotopia_env.actions import MAX_ARGUMENT_CHARS, WORDED_ARGUMENT, action_json_schema
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.local import LocalBackend
 
@@ -41,7 +41,7 @@ def with_argument_pattern(pattern: str | None) -> dict[str, Any]:
     schema = action_json_schema()
     for branch in schema["anyOf"]:
         argument = branch["properties"]["argument"]
-        if "pattern" in argument or "maxLength" not in argument:
+        if argument.get("pattern") == WORDED_ARGUMENT:
             branch["properties"]["argument"] = (
                 {"type": "string", "pattern": pattern}
                 if pattern
@@ -50,6 +50,16 @@ def with_argument_pattern(pattern: str | None) -> dict[str, Any]:
     return schema
 
 
+PEOPLE = ["Ana Ruiz", "Bo Li", "Cy Diaz"]
+ADDRESSED = [  # a multi-party turn: addressed to some, or to everyone
+    {"action_type": "speak", "argument": "Between us: I think the rota should start with Cy.", "to": ["Bo Li"]},
+    {"action_type": "speak", "argument": "Shall we start the rota on Monday?"},
+    {"action_type": "speak", "argument": "Ana and Bo, can you both do Thursdays?", "to": ["Ana Ruiz", "Bo Li"]},
+]
+VOTES = [{"action_type": "action", "argument": f"vote for {name}"} for name in PEOPLE]
+MULTI_PARTY = action_json_schema(recipients=PEOPLE)
+VOTE = action_json_schema(["action"], choices=[f"vote for {name}" for name in PEOPLE])
+
 SCHEMAS = {
     "shipped (worded pattern, unbounded, cap by the backend)": action_json_schema(),
     "before: pattern ending in {0,599}": with_argument_pattern(f"^{_FIRST}{_JSON_CHAR}{{0,{MAX_ARGUMENT_CHARS - 1}}}$"),
@@ -57,7 +67,9 @@ SCHEMAS = {
 }
 
 
-def mask_costs(backend: LocalBackend, schema: dict[str, Any], repeats: int = 1) -> list[float]:
+def mask_costs(
+    backend: LocalBackend, schema: dict[str, Any], repeats: int = 1, actions: list[dict[str, Any]] = ACTIONS
+) -> list[float]:
     """Seconds per ``fill_next_token_bitmask`` call, over every step of every action, ``repeats`` times; the
     grammar is compiled as the backend compiles it (``tests/test_action_schema.py`` holds the shipped schema
     under 1 ms)."""
@@ -67,7 +79,7 @@ def mask_costs(backend: LocalBackend, schema: dict[str, Any], repeats: int = 1) 
     bitmask = xgr.allocate_token_bitmask(1, backend._vocab_size)
     costs = []
     for _ in range(repeats):
-        for action in ACTIONS:
+        for action in actions:
             ids = backend.tokenizer(json.dumps(action, ensure_ascii=False), add_special_tokens=False)["input_ids"]
             matcher = xgr.GrammarMatcher(grammar)
             for token in ids:
@@ -86,10 +98,14 @@ def main() -> None:
     args = parser.parse_args()
     backend = LocalBackend.from_spec(args.model)
     rows = []
-    for label, schema in SCHEMAS.items():
+    runs = [(label, schema, ACTIONS) for label, schema in SCHEMAS.items()] + [
+        ("multi-party: optional 'to' (3 recipients)", MULTI_PARTY, ADDRESSED),
+        ("game vote: argument one of 3 choices", VOTE, VOTES),
+    ]
+    for label, schema, actions in runs:
         start = time.perf_counter()
         backend._grammars.clear()
-        costs = mask_costs(backend, schema, args.repeats)
+        costs = mask_costs(backend, schema, args.repeats, actions)
         ms = [c * 1000 for c in costs]
         rows.append(
             [
@@ -102,7 +118,7 @@ def main() -> None:
             ]
         )
     print_table(
-        f"xgrammar mask fill per step, one row ({args.model}'s tokenizer, {len(ACTIONS)} actions)",
+        f"xgrammar mask fill per step, one row ({args.model}'s tokenizer; two-seat rows walk {len(ACTIONS)} actions)",
         ["schema", "steps", "mean ms", "median ms", "max ms", "wall s (compile + walk)"],
         rows,
         note=machine_line(),

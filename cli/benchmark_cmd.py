@@ -33,9 +33,11 @@ from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
 
 def benchmark(
-    model: str = typer.Option("smollm2-135m", "--model", help="The model under test (plays both seats)."),
+    model: str = typer.Option("smollm2-135m", "--model", help="The model under test (plays every seat in turn)."),
     partner: str = typer.Option(
-        "smollm2-135m", "--partner", help="The fixed partner: a model spec, or 'rule-partner' (verifiable scenarios)."
+        "smollm2-135m",
+        "--partner",
+        help="The fixed partner(s): a model spec, 'rule-partner' (verifiable scenarios) or 'rule-player' (games).",
     ),
     evaluator: str = typer.Option(
         "smollm2-135m", "--evaluator", help="The judge's model spec, or 'verifiable' (exact, verifiable scenarios)."
@@ -65,13 +67,16 @@ def benchmark(
     ray_gpus_per_worker: float = RayGpus,
     ray_pin_endpoints: bool = RayPinEndpoints,
 ) -> None:
-    """Run MODEL against PARTNER on every chosen scenario, in both seats (verifiable scenarios: MODEL in seat 1
-    only); resumable under its tag."""
+    """Run MODEL against PARTNER on every chosen scenario, MODEL in each seat in turn with PARTNER in the others
+    (verifiable scenarios: MODEL in seat 1 only); resumable under its tag. On games (--scenarios game, with
+    --partner rule-player and --evaluator verifiable) it also reports each role's win rate, with a Wilson 95%
+    interval."""
     from sotopia_env.agents.loading import AgentSpecError
     from sotopia_env.agents.rule_partners import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.game_report import print_role_table, role_win_rates
     from sotopia_env.episodes.jobs import versus_jobs
     from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
     from sotopia_env.episodes.report import build_report, plot_report, print_report
@@ -141,10 +146,13 @@ def benchmark(
     )
     with user_errors(StoreError):
         rep = build_report(st.iter(tag), tag=tag)
+        roles = role_win_rates(st.iter(tag)) if any(s.game is not None for s in chosen) else []
     print_report(rep, console)
+    if roles:
+        print_role_table(roles, console)
     if json_out:
         import json
 
-        json_out.write_text(json.dumps(rep.to_dict(), indent=2))
+        json_out.write_text(json.dumps(rep.to_dict() | {"roles": [r.to_dict() for r in roles]}, indent=2))
     if png:
         plot_report(rep, str(png))

@@ -8,7 +8,7 @@ from rich.table import Table
 def ratings_table(log) -> Table:
     """Scores per agent and dimension of one rated episode."""
     ratings = log.rating.ratings
-    names = list(ratings)
+    names = list(ratings)  # the rated seats; an unrated one is named below the table
     dims = list(next(iter(ratings.values())).scores)
     table = Table("dimension", *names, title=f"ratings by {log.rating.evaluator}")
     for dim in dims:

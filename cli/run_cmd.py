@@ -26,6 +26,7 @@ from sotopia_env.cli.options import (
 )
 
 DEFAULT_MODEL = "smollm2-135m"
+VERIFIABLE = "verifiable"
 # Greedy, with a penalty on tokens the reply already used, and a sampled retry of a reply that repeats an
 # earlier turn: a small model's sampled words drift into nonsense or a walk-out, its greedy ones into loops
 # (benchmarks/episode_quality.py measures the default episode).
@@ -45,6 +46,12 @@ def run(
         "--agent2",
         help="Model spec, alias, 'human', 'rule-partner' (verifiable scenarios) or module:Class.",
     ),
+    agents: str = typer.Option(
+        None,
+        "--agents",
+        help="Comma list of specs: one for every seat, or one per seat (scenarios of 3+ seats, games: "
+        "'rule-player' plays a game by its rules). Default: --agent1 in seat 1, --agent2 in the others.",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling, the env and generation."),
     max_turns: int = typer.Option(20, "--max-turns", min=1, max=1000, help="Truncate after this many turns."),
     evaluator: str = Evaluator,
@@ -57,8 +64,9 @@ def run(
     scenarios_dir: list[Path] = ScenariosDir,
     agents_path: list[Path] = AgentsPath,
 ) -> None:
-    """Run one episode and print the transcript as it happens. With no model arguments both agents
-    (and the judge) use the embedded SmolLM2-135M: no API key, no server."""
+    """Run one episode and print the transcript as it happens. With no model arguments every agent
+    (and the judge) uses the embedded SmolLM2-135M: no API key, no server. A game is judged by its rules
+    unless --evaluator names another judge."""
     from sotopia_env.agents.loading import AgentSpecError, load_agent
     from sotopia_env.agents.rule_partners import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
@@ -75,10 +83,13 @@ def run(
     lib = library(scenarios_dir)
     with user_errors(ValueError, NoEligibleCharacters):
         setup = sample_setup(lib, seed=seed, scenario=scenario)
-        check_rule_specs([setup.scenario], [agent1, agent2], evaluator)
+        specs = seat_specs(agents, agent1, agent2, setup.scenario.num_agents)
+        if setup.scenario.game is not None and evaluator == DEFAULT_MODEL:
+            evaluator = VERIFIABLE  # a game's outcome is exact: no LLM judge unless asked for
+        check_rule_specs([setup.scenario], specs, evaluator)
     settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
     with user_errors(AgentSpecError, ValueError, OSError):  # before any output: an error is one line
-        agents = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in (agent1, agent2)]
+        seated = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in specs]
         judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
     console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
     console.print(setup.scenario.scenario, highlight=False)
@@ -87,13 +98,15 @@ def run(
     console.rule()
 
     def show(turn) -> None:
-        line = render_action(turn.agent, turn.action)
+        line = render_action(turn.agent, turn.action, turn.action.to)
+        if turn.audience is not None and not turn.action.to:
+            line += f"  (seen by {', '.join(turn.audience)})"
         suffix = f"  [red](agent error: {escape(turn.action.error)})[/]" if turn.action.error else ""
         console.print(f"[dim]#{turn.turn}[/] {escape(line)}{suffix}", highlight=False)
 
-    job = Job(setup, [agent1, agent2], seed=seed)
+    job = Job(setup, specs, seed=seed)
     config = EnvConfig(max_turns=max_turns)
-    log = asyncio.run(run_episode(job, judge, writer, agents=agents, tag=tag, config=config, on_turn=show))
+    log = asyncio.run(run_episode(job, judge, writer, agents=seated, tag=tag, config=config, on_turn=show))
     console.rule(f"ended: {log.termination_reason}")
     if log.rating is None:
         console.print("not rated (--evaluator none)" if judge is None else "not rated")
@@ -104,6 +117,8 @@ def run(
         from sotopia_env.embedded_models import EMBEDDED_MODELS
 
         console.print(ratings_table(log))
+        for name, why in (log.rating.unrated or {}).items():
+            console.print(f"[yellow]unrated:[/] {name}: {why}", highlight=False)
         if evaluator in EMBEDDED_MODELS:
             console.print(SMALL_JUDGE_NOTE.format(judge=evaluator), highlight=False)
     if writer is not None:
@@ -112,3 +127,16 @@ def run(
         console.print(f"stored episode {log.id} in {writer.store.url} (tag {tag!r})")
     if log.status == "failed":
         raise fail(f"the episode failed: {log.error}")
+
+
+def seat_specs(agents: str | None, agent1: str, agent2: str, seats: int) -> list[str]:
+    """One agent spec per seat: ``--agents`` (one spec for all, or one per seat), else ``--agent1`` in seat 1
+    and ``--agent2`` in every other."""
+    if agents is None:
+        return [agent1] + [agent2] * (seats - 1)
+    given = [a.strip() for a in agents.split(",") if a.strip()]
+    if len(given) == 1:
+        return given * seats
+    if len(given) != seats:
+        raise ValueError(f"--agents: {len(given)} specs for {seats} seats (give one for all, or one per seat)")
+    return given

@@ -106,6 +106,8 @@ def hf_features() -> Any:
         "agent": Value("string"),
         "action_type": Value("string"),
         "argument": Value("string"),
+        "to": List(Value("string")),  # an addressed move's recipients; empty: addressed to no one in particular
+        "audience": List(Value("string")),  # who observed it; empty: everyone
     }
     strings = (
         "id",
@@ -158,7 +160,14 @@ def _row(log: EpisodeLog) -> dict[str, Any]:
         "agents": [a.name for a in log.agents],
         "scores": scores,
         "transcript": [
-            {"turn": t.turn, "agent": t.agent, "action_type": t.action.action_type.value, "argument": t.action.argument}
+            {
+                "turn": t.turn,
+                "agent": t.agent,
+                "action_type": t.action.action_type.value,
+                "argument": t.action.argument,
+                "to": list(t.action.to or []),
+                "audience": list(t.audience or []),
+            }
             for t in log.turns
         ],
         "json": log.model_dump_json(),
@@ -170,7 +179,8 @@ def to_hf_dataset(logs: Iterable[EpisodeLog]) -> Any:
 
     ``scores`` holds one entry per rated agent with ``overall`` and each SOTOPIA
     dimension (None where that dimension was not rated); it is empty when the
-    episode is unrated or failed. ``transcript`` holds one dict per turn.
+    episode is unrated or failed. ``transcript`` holds one dict per turn, with ``to`` (an addressed move's
+    recipients) and ``audience`` (who observed it, where not everyone did; a game's team and private moves).
     """
     from datasets import Dataset
 

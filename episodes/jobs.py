@@ -33,12 +33,16 @@ def self_play_jobs(scenarios: Sequence[Scenario], library: Library, spec: str, n
 def versus_jobs(
     scenarios: Sequence[Scenario], library: Library, model: str, partner: str, n: int, seed: int = 0
 ) -> list[Job]:
-    """Each sampled two-seat setup twice: ``model`` in seat 1, then in seat 2 (once if model == partner).
+    """Each sampled setup once per seat: ``model`` in that seat, ``partner`` in every other (once if model ==
+    partner). With two seats: ``model`` in seat 1, then in seat 2.
 
     A verifiable scenario once: ``model`` in seat 1, the learner's seat (seat 2 is the rule partner's)."""
     jobs: dict[str, Job] = {}
     for setup in sample_setups(scenarios, library, n, seed=seed):
-        orders = [[model, partner]] if setup.scenario.verifiable else [[model, partner], [partner, model]]
+        seats = 1 if setup.scenario.verifiable else setup.scenario.num_agents
+        orders = [[partner] * k + [model] + [partner] * (seats - k - 1) for k in range(seats)]
+        if setup.scenario.verifiable:
+            orders = [[model, partner]]
         for specs in orders:
             job = Job(setup, specs)
             jobs.setdefault(job.key, job)

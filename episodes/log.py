@@ -63,9 +63,8 @@ class EpisodeLog(BaseModel):
 
     def score(self, agent: str, dimension: str) -> float | None:
         """The agent's score on a dimension (or ``overall``); None when unrated."""
-        if self.rating is None or self.rating.ratings is None:
-            return None
-        return self.rating.ratings[agent].value(dimension)
+        rating = self.rating.of(agent) if self.rating is not None else None
+        return None if rating is None else rating.value(dimension)
 
 
 def combo_key(setup: EpisodeSetup, models: list[str], repeat: int = 0) -> str:

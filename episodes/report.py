@@ -81,7 +81,7 @@ def seat_results(log: EpisodeLog) -> Iterator[SeatResult]:
     ratings = log.rating.ratings if log.rating is not None else None
     for seat, spec in enumerate(log.agents):
         scores = None
-        if log.status != "failed" and ratings is not None:
+        if log.status != "failed" and ratings is not None and spec.name in ratings:  # a seat may be unrated
             scores = {dim: float(s.score) for dim, s in ratings[spec.name].scores.items()}
         yield SeatResult(spec.model, seat, log.status, scores)
 

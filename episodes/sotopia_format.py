@@ -213,8 +213,9 @@ def _constraints(d: Mapping[str, Any], seats: int, what: str) -> list[AgentConst
 
 def scenario_from_sotopia(d: Mapping[str, Any], split: str = "train") -> Scenario:
     """An EnvironmentProfile dict as a Scenario; ``id`` comes from ``pk``, ``tags`` from ``tag`` (comma-separated).
-    ``agent_constraint`` (specific agent pks per seat) has no counterpart and is dropped. ``verifiable`` (ours, not
-    SOTOPIA's) carries a verifiable scenario's hidden facts."""
+    ``agent_constraint`` (specific agent pks per seat) has no counterpart and is dropped. ``verifiable``,
+    ``relationships`` and ``game`` (ours, not SOTOPIA's) carry a verifiable scenario's hidden facts, a per-pair
+    relationship matrix and a game's roles and phases."""
     what = f"environment profile {d.get('pk') or d.get('codename')!r}"
     goals = list(d.get("agent_goals") or [])
     tag = str(d.get("tag") or "")
@@ -230,6 +231,8 @@ def scenario_from_sotopia(d: Mapping[str, Any], split: str = "train") -> Scenari
             tags=[t.strip() for t in tag.split(",") if t.strip()],
             split=split,  # type: ignore[arg-type]
             verifiable=d.get("verifiable"),
+            relationships=d.get("relationships"),
+            game=d.get("game"),
         )
     except ValidationError as exc:
         raise _validation_error(what, exc) from None
@@ -251,7 +254,15 @@ def scenario_to_sotopia(s: Scenario) -> dict[str, Any]:
         "occupation_constraint": jobs,
         "agent_constraint": None,
         "tag": ",".join(s.tags),
-    } | ({"verifiable": s.verifiable.model_dump()} if s.verifiable is not None else {})
+    } | {
+        key: value
+        for key, value in (
+            ("verifiable", s.verifiable and s.verifiable.model_dump()),
+            ("relationships", s.relationships and [[int(r) for r in row] for row in s.relationships]),
+            ("game", s.game and s.game.model_dump(mode="json")),
+        )
+        if value is not None
+    }
 
 
 # -- relationships ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_serializer
 
 from sotopia_env.validation import field_problem
 
@@ -23,16 +23,39 @@ ACTION_TYPES: tuple[str, ...] = tuple(a.value for a in ActionType)
 
 
 class AgentAction(BaseModel):
-    """One agent's move. ``error`` is set only by an agent that failed to act."""
+    """One agent's move. ``error`` is set only by an agent that failed to act.
+
+    ``to`` addresses the move to some of the others (by name, or by the label its author knows them by); only
+    they, the author and the judge observe it. ``None`` means everyone present. The env checks it: a ``to``
+    that is empty or names someone absent is an invalid action.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     action_type: ActionType
     argument: str = ""
+    to: list[str] | None = None
     error: str | None = None  # stored with the episode; never part of the action JSON a model sees
 
-    def to_dict(self) -> dict[str, str]:
-        return {"action_type": self.action_type.value, "argument": self.argument}
+    @field_validator("to")
+    @classmethod
+    def _recipients(cls, to: list[str] | None) -> list[str] | None:
+        if to is not None and any(not isinstance(n, str) or not n.strip() for n in to):
+            raise ValueError("to: every recipient must be a non-empty name")
+        return to
+
+    @model_serializer(mode="wrap")
+    def _omit_unaddressed(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a public move stores as it did before ``to`` existed
+        if data.get("to") is None:
+            data.pop("to", None)
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"action_type": self.action_type.value, "argument": self.argument}
+        if self.to is not None:
+            data["to"] = list(self.to)
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
@@ -61,20 +84,32 @@ WORDED_ARGUMENT = rf"^[^\s\x00-\x1f.,;:!?…\-\"'()\[\]{{}}<>*_~\\]{_JSON_CHAR}*
 FREE_ARGUMENT = rf"^{_JSON_CHAR}*$"
 
 
-def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
+def action_json_schema(
+    allowed: list[str] | None = None, recipients: list[str] | None = None, choices: list[str] | None = None
+) -> dict[str, Any]:
     """The JSON schema an LLM is asked to follow (and constrained to, where possible).
 
     Speak, non-verbal communication and action must carry words (``WORDED_ARGUMENT``); ``none`` and
     ``leave`` take any argument, empty included. ``argument`` is capped at ``MAX_ARGUMENT_CHARS``. With both
     kinds allowed the schema is an ``anyOf`` of one object schema per kind.
+
+    ``recipients`` (the others present, as the agent knows them; given only where there are at least two)
+    adds an optional ``to``: a non-empty list of them, so that constrained decoding cannot address someone
+    absent. ``choices`` (a game's vote or night move) makes ``action``'s argument one of them.
     """
     kinds = list(allowed or ACTION_TYPES)
     worded = [k for k in kinds if k in WORDED_ACTIONS]
     free = [k for k in kinds if k not in WORDED_ACTIONS]
+    chosen: list[str] = []
+    if choices:
+        chosen = [k for k in worded if k == ActionType.action.value]
+        worded = [k for k in worded if k != ActionType.action.value]
+    to = {"type": "array", "items": {"enum": list(recipients)}, "minItems": 1} if recipients else None
     branches = [
-        _action_object(group, argument)
+        _action_object(group, argument, to)
         for group, argument in (
             (worded, {"type": "string", "pattern": WORDED_ARGUMENT, "maxLength": MAX_ARGUMENT_CHARS}),
+            (chosen, {"type": "string", "enum": list(choices or [])}),
             (free, {"type": "string", "pattern": FREE_ARGUMENT, "maxLength": MAX_ARGUMENT_CHARS}),
         )
         if group
@@ -82,10 +117,13 @@ def action_json_schema(allowed: list[str] | None = None) -> dict[str, Any]:
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
-def _action_object(kinds: list[str], argument: dict[str, Any]) -> dict[str, Any]:
+def _action_object(kinds: list[str], argument: dict[str, Any], to: dict[str, Any] | None) -> dict[str, Any]:
+    properties = {"action_type": {"type": "string", "enum": kinds}, "argument": argument}
+    if to is not None:
+        properties["to"] = to
     return {
         "type": "object",
-        "properties": {"action_type": {"type": "string", "enum": kinds}, "argument": argument},
+        "properties": properties,
         "required": ["action_type", "argument"],
         "additionalProperties": False,
     }
@@ -131,7 +169,7 @@ def parse_action(text: str) -> AgentAction:
         raise InvalidAction(f"malformed JSON ({exc.msg}) in {_preview(text)}") from None
     if not isinstance(data, dict):
         raise InvalidAction(f"JSON is not an object in {_preview(text)}")
-    return coerce_action({k: v for k, v in data.items() if k in ("action_type", "argument")})
+    return coerce_action({k: v for k, v in data.items() if k in ("action_type", "argument", "to")})
 
 
 def _preview(text: str, limit: int = 80) -> str:

@@ -34,19 +34,22 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 from pettingzoo import ParallelEnv
 
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, InvalidAction, coerce_action
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator, evaluate_safely
+from sotopia_env.games.master import GameMaster
+from sotopia_env.games.outcome import Announcement
 from sotopia_env.library import Library, load_library
 from sotopia_env.observation import SeatView, background_for, labels_for
 from sotopia_env.sampler import sample_setup
 from sotopia_env.spaces import action_space, observation_space
-from sotopia_env.transcript import Turn
+from sotopia_env.transcript import MODERATOR, Turn
 
 ActionOrder = Literal["round-robin", "simultaneous", "random"]
-TERMINATION_REASONS = ("everyone_left", "stale", "agent_error", "max_turns")
+TERMINATION_REASONS = ("everyone_left", "stale", "agent_error", "max_turns", "game_over")
 _NONE_ONLY = [ActionType.none.value]
 
 
@@ -92,11 +95,13 @@ class SocialEnv(ParallelEnv):
         self.rating: EpisodeRating | None = None
         self._acting: list[str] = []
         self._views: list[SeatView] = []
+        self.game: GameMaster | None = None
 
     # -- spaces -------------------------------------------------------------
     @functools.cache  # noqa: B019 - one space object per agent, as PettingZoo requires
     def observation_space(self, agent: str):  # type: ignore[override]
-        return observation_space(self.config.max_turns)
+        game = self.setup.scenario.game
+        return observation_space(self.config.max_turns if game is None else game.max_steps())
 
     @functools.cache  # noqa: B019
     def action_space(self, agent: str):  # type: ignore[override]
@@ -125,6 +130,8 @@ class SocialEnv(ParallelEnv):
             SeatView(name, background_for(self.setup, seat), labels_for(self.setup, seat))
             for seat, name in enumerate(self.agents)
         ]
+        game = self.setup.scenario.game
+        self.game = GameMaster(game, self.agents) if game is not None else None
         self.turns = []
         self.turn = 0
         self.present = list(self.agents)
@@ -134,11 +141,32 @@ class SocialEnv(ParallelEnv):
         self._last_error: dict[str, str | None] = dict.fromkeys(self.agents, None)
         self.termination_reason = None
         self.rating = None
+        if self.game is not None:
+            self._announce(self.game.opening)
         self._acting = self._choose_acting()
-        infos = {a: {"acting": a in self._acting, "agent_errors": 0, "last_error": None} for a in self.agents}
+        infos = {a: self._info(a) for a in self.agents}
         return self._observations(), infos
 
+    def _info(self, agent: str) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "acting": agent in self._acting,
+            "agent_errors": self.errors[agent],
+            "last_error": self._last_error[agent],
+        }
+        if self.game is not None:  # PettingZoo-style: which action types this agent may take now
+            kinds, _ = self.game.options(agent)
+            info["action_mask"] = np.array([a in kinds for a in ACTION_TYPES], dtype="int8")
+            info["phase"] = "" if self.game.over else self.game.phase.name
+        return info
+
+    def _announce(self, said: list[Announcement]) -> None:
+        for a in said:
+            action = AgentAction(action_type=ActionType.speak, argument=a.text)
+            self.turns.append(Turn(turn=self.turn, agent=MODERATOR, action=action, audience=a.audience))
+
     def _choose_acting(self) -> list[str]:
+        if self.game is not None:
+            return self.game.acting()
         order = self.config.action_order
         if order == "simultaneous":
             return list(self.present)
@@ -163,8 +191,47 @@ class SocialEnv(ParallelEnv):
             raise ValueError(f"no agent {agent!r} in this episode (agents: {', '.join(self.possible_agents)})")
         if not self._views:
             raise RuntimeError("observe() called before reset()")
-        available = list(ACTION_TYPES) if agent in self._acting else _NONE_ONLY
-        return self._views[self.possible_agents.index(agent)].observe(self.turns, self.turn, available)
+        view = self._views[self.possible_agents.index(agent)]
+        recipients = [view.labels[n] for n in self._recipients(agent)]
+        if self.game is None:
+            available = list(ACTION_TYPES) if agent in self._acting else _NONE_ONLY
+            return view.observe(self.turns, self.turn, available, recipients)
+        kinds, choices = self.game.options(agent)
+        phase = "" if self.game.over else self.game.phase.name
+        return view.observe(self.turns, self.turn, kinds, recipients, phase, choices)
+
+    def _recipients(self, agent: str) -> list[str]:
+        """Whom ``agent`` may address now: the others present, where there are two or more (a game: the living,
+        in a phase open to all)."""
+        if agent not in self._acting:
+            return []
+        if self.game is not None:
+            return self.game.recipients(agent)
+        others = [n for n in self.present if n != agent]
+        return others if len(others) >= 2 else []
+
+    def _problem(self, agent: str, action: AgentAction) -> str | None:
+        """Why ``action`` is not a valid move for ``agent`` now (an addressee absent, a game's rules), or None."""
+        if action.to is not None:
+            allowed = self._recipients(agent) or [n for n in self.present if n != agent and self.game is None]
+            by_label = {v: k for k, v in self._views[self.possible_agents.index(agent)].labels.items()}
+            if not action.to:
+                return "to: names nobody (leave it out to speak to everyone)"
+            for who in action.to:
+                if by_label.get(who, who) not in allowed:
+                    shown = ", ".join(allowed) or "nobody in this phase"
+                    return f"to: {who!r} is not someone you can address now (you can address: {shown})"
+        if self.game is not None:
+            return self.game.problem(agent, action)
+        return None
+
+    def _addressed(self, agent: str, action: AgentAction) -> tuple[AgentAction, list[str] | None]:
+        """The action with ``to`` as true names, and who observes it (None: everyone)."""
+        if action.to:
+            by_label = {v: k for k, v in self._views[self.possible_agents.index(agent)].labels.items()}
+            names = list(dict.fromkeys(by_label.get(w, w) for w in action.to))
+            return action.model_copy(update={"to": names}), [agent, *names]
+        return action, None if self.game is None else self.game.audience(agent)
 
     def _observations(self) -> dict[str, dict[str, Any]]:
         return {name: self.observe(name) for name in self.possible_agents}
@@ -173,6 +240,7 @@ class SocialEnv(ParallelEnv):
         if not self.agents:
             raise RuntimeError("step() called on a finished episode; call reset() first")
         all_none = True
+        moves: dict[str, AgentAction] = {}
         for name in self._acting:
             if name not in actions:
                 raise ValueError(f"turn {self.turn}: no action given for acting agent {name!r}")
@@ -180,14 +248,21 @@ class SocialEnv(ParallelEnv):
                 action = coerce_action(actions[name])
             except InvalidAction as exc:
                 action = AgentAction.failed(f"invalid action: {exc}")
+            problem = None if action.error else self._problem(name, action)
+            if problem is not None:
+                action = AgentAction.failed(f"invalid action: {problem}")
+            action, audience = self._addressed(name, action)
             self._last_error[name] = action.error
             if action.error:
                 self.errors[name] += 1
-            self.turns.append(Turn(turn=self.turn, agent=name, action=action))
+            self.turns.append(Turn(turn=self.turn, agent=name, action=action, audience=audience))
+            moves[name] = action
             if action.action_type is ActionType.leave:
                 self.present.remove(name)
             if action.action_type is not ActionType.none or action.error:
                 all_none = False  # a failed action is an agent error, never stale talk
+        if self.game is not None:
+            self._announce(self.game.apply(moves))
         self._stale = self._stale + 1 if all_none else 0
         self.turn += 1
 
@@ -196,10 +271,7 @@ class SocialEnv(ParallelEnv):
         self._acting = [] if done else self._choose_acting()
         agents = list(self.agents)
         rewards = dict.fromkeys(agents, 0.0)
-        infos: dict[str, dict[str, Any]] = {
-            a: {"acting": a in self._acting, "agent_errors": self.errors[a], "last_error": self._last_error[a]}
-            for a in agents
-        }
+        infos: dict[str, dict[str, Any]] = {a: self._info(a) for a in agents}
         if done:
             self.termination_reason = reason
             self.rating = self._evaluate(reason)
@@ -220,6 +292,8 @@ class SocialEnv(ParallelEnv):
     def _termination_reason(self) -> str | None:
         if any(n >= self.config.max_agent_errors for n in self.errors.values()):
             return "agent_error"
+        if self.game is not None:  # a game ends by its rules; its max_cycles bound it
+            return "game_over" if self.game.over else None
         if len(self.present) < 2:
             return "everyone_left"
         if self._stale >= self.config.stale_turns:
@@ -242,7 +316,9 @@ class SocialEnv(ParallelEnv):
             return {"error": "no evaluator configured"}
         if self.rating.ratings is None:
             return {"error": self.rating.error}
-        rating = self.rating.ratings[agent]
+        rating = self.rating.of(agent)
+        if rating is None:
+            return {"error": (self.rating.unrated or {}).get(agent, "not rated")}
         success = {} if rating.success is None else {"success": rating.success}
         return {"overall": rating.overall, **success, **{k: v.model_dump() for k, v in rating.scores.items()}}
 

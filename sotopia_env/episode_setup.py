@@ -7,10 +7,11 @@ training data all take one.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_serializer
 
-from sotopia_env.profiles import Character, RelationshipProfile, Scenario
+from sotopia_env.profiles import Character, Relationship, RelationshipProfile, Scenario
 
 
 class EpisodeSetup(BaseModel):
@@ -18,11 +19,36 @@ class EpisodeSetup(BaseModel):
 
     scenario: Scenario
     characters: list[Character]
-    relationship: RelationshipProfile | None = None
+    relationship: RelationshipProfile | None = None  # two seats: the profile the pair was drawn for
+    pair_relationships: list[RelationshipProfile] | None = None  # 3+ seats: the pairs the relationships file knows
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a two-seat setup stores as it did before pair_relationships existed
+        if data.get("pair_relationships") is None:
+            data.pop("pair_relationships", None)
+        return data
 
     @property
     def agent_names(self) -> list[str]:
         return [c.name for c in self.characters]
+
+    def relationship_between(self, a: int, b: int) -> Relationship:
+        """How the characters in seats ``a`` and ``b`` know each other: the relationships file's profile of the
+        pair where there is one, else the scenario's (its matrix, or its one relationship)."""
+        if self.relationship is not None:
+            return self.relationship.relationship
+        ids = (self.characters[a].id, self.characters[b].id)
+        for profile in self.pair_relationships or []:
+            if profile.involves(*ids):
+                return profile.relationship
+        return self.scenario.relationship_at(a, b)
+
+    def profile_between(self, a: int, b: int) -> RelationshipProfile | None:
+        if self.relationship is not None:
+            return self.relationship
+        ids = (self.characters[a].id, self.characters[b].id)
+        return next((p for p in self.pair_relationships or [] if p.involves(*ids)), None)
 
     @property
     def pairing_key(self) -> str:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_serializer, model_validator
 
 from sotopia_env.actions import ActionType
 from sotopia_env.backends.base import Usage
@@ -108,13 +108,18 @@ class AgentRating(BaseModel):
 
 
 class EpisodeRating(BaseModel):
-    """Per-agent ratings, or the error that left the episode unrated."""
+    """Per-agent ratings, or the error that left the episode unrated.
+
+    ``unrated`` names the agents a judge could not rate, with why, when it rated the others (an LLM judge's
+    reply that rates some seats validly, with three seats or more): those agents have no entry in ``ratings``.
+    """
 
     evaluator: str
     ratings: dict[str, AgentRating] | None = None
     error: str | None = None
     attempts: int = 1
     usage: Usage = Field(default_factory=Usage)  # this rating's LLM calls, tokens and seconds
+    unrated: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _one_of(self) -> EpisodeRating:
@@ -122,15 +127,25 @@ class EpisodeRating(BaseModel):
             raise ValueError("an EpisodeRating has either ratings or an error")
         return self
 
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a rating of every seat stores as it did before ``unrated`` existed
+        if data.get("unrated") is None:
+            data.pop("unrated", None)
+        return data
+
     @property
     def rated(self) -> bool:
         return self.ratings is not None
 
+    def of(self, agent: str) -> AgentRating | None:
+        """The agent's rating; None when the episode, or this agent, is unrated."""
+        return None if self.ratings is None else self.ratings.get(agent)
+
     def reward(self, agent: str, dimension: str = "goal") -> float:
         """The agent's score on ``dimension`` (or ``overall``); NaN when unrated."""
-        if self.ratings is None:
-            return math.nan
-        return self.ratings[agent].value(dimension)
+        rating = self.of(agent)
+        return math.nan if rating is None else rating.value(dimension)
 
 
 class EpisodeContext(BaseModel):

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sotopia_env.errors import UserError
-from sotopia_env.profiles import VERIFIABLE_TAG, Character, RelationshipProfile, Scenario
+from sotopia_env.profiles import GAME_TAG, MULTI_PARTY_TAG, VERIFIABLE_TAG, Character, RelationshipProfile, Scenario
 from sotopia_env.validation import field_problem
 
 SECTIONS: dict[str, type[BaseModel]] = {
@@ -28,6 +28,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
 }
 
 M = TypeVar("M", bound=BaseModel)
+OPT_IN_TAGS = (VERIFIABLE_TAG, MULTI_PARTY_TAG, GAME_TAG)
 
 
 class LibraryError(UserError, ValueError):
@@ -124,15 +125,17 @@ class Library:
         """Scenarios by selector: ``all``, ``hard``, a split name, a tag, ``PART:PART`` (all of them, e.g.
         ``verifiable:test`` or ``bargaining:train``), or ids.
 
-        The verifiable family (tag ``verifiable``, meant for a rule partner in seat 2) is opt-in: a selector
-        leaves it out unless it names ``verifiable`` or matches nothing else (``bargaining``); ids always select.
+        Three families are opt-in (``OPT_IN_TAGS``): ``verifiable`` (meant for a rule partner in seat 2),
+        ``multi-party`` (three seats or more) and ``game``. A selector leaves each out unless it names its tag
+        or matches nothing else (``bargaining``, ``werewolf``); ids always select. So ``all`` and the split
+        names select the two-seat talk scenarios, as they did before the other families existed.
         """
         if isinstance(which, str):
             parts = which.split(":")
             if "," not in which and which not in self.scenarios and all(p.strip() for p in parts):
                 hits = [s for s in self.scenarios.values() if all(_matches(s, p) for p in parts)]
-                plain = [s for s in hits if VERIFIABLE_TAG not in s.tags]
-                chosen = hits if VERIFIABLE_TAG in parts else plain or hits
+                left_out = set(OPT_IN_TAGS) - set(parts)
+                chosen = [s for s in hits if not left_out & set(s.tags)] or hits
                 if chosen or which in ("all", "train", "dev", "test"):
                     return chosen
                 if len(parts) > 1:

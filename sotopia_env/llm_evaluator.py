@@ -76,6 +76,17 @@ def evaluation_prompt(context: EpisodeContext, dimensions: tuple[Dimension, ...]
 
 def parse_ratings(text: str, names: list[str], dimensions: tuple[Dimension, ...]) -> dict[str, AgentRating]:
     """Validate the judge's JSON; raise ValueError naming the first problem."""
+    ratings, missing = parse_each(text, names, dimensions)
+    if missing:
+        raise ValueError(next(iter(missing.values())))
+    return ratings
+
+
+def parse_each(
+    text: str, names: list[str], dimensions: tuple[Dimension, ...]
+) -> tuple[dict[str, AgentRating], dict[str, str]]:
+    """The agents the reply rates validly, and why each other one is not; ValueError when the reply as a whole
+    is not a JSON object."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
         raise ValueError("the judge's reply holds no JSON object")
@@ -83,16 +94,32 @@ def parse_ratings(text: str, names: list[str], dimensions: tuple[Dimension, ...]
         data = json.loads(text[start : end + 1])
     except json.JSONDecodeError as exc:
         raise ValueError(f"the judge's reply is malformed JSON: {exc.msg}") from None
-    out = {}
+    if not isinstance(data, dict):
+        raise ValueError("the judge's reply is not a JSON object")
+    ratings, missing = {}, {}
     for i, name in enumerate(names):
         raw = data.get(f"agent_{i + 1}", data.get(name))
         if not isinstance(raw, dict):
-            raise ValueError(f"no ratings for agent_{i + 1} ({name})")
-        out[name] = validate_scores(raw, dimensions, name)
-    return out
+            missing[name] = f"no ratings for agent_{i + 1} ({name})"
+            continue
+        try:
+            ratings[name] = validate_scores(raw, dimensions, name)
+        except ValueError as exc:
+            missing[name] = str(exc)
+    return ratings, missing
+
+
+PARTIAL_FROM_SEATS = 3  # with two seats an episode is rated whole or not at all, as before
 
 
 class LLMEvaluator(SyncFromAsync):
+    """The SOTOPIA-EVAL judge on any backend: every seat rated on every dimension, in one structured reply.
+
+    A reply that fails validation is retried. With three seats or more, once retries are spent, the best reply's
+    valid ratings are kept and the other seats are unrated with the reason (``EpisodeRating.unrated``); with
+    two, the episode is unrated. No seat is ever scored 0 for a reply that could not be read.
+    """
+
     def __init__(
         self,
         backend: Backend,
@@ -127,6 +154,7 @@ class LLMEvaluator(SyncFromAsync):
         request = self.settings.request(evaluation_prompt(context, self.dimensions), schema)
         problems: list[str] = []
         usage = Usage()
+        partial: tuple[dict[str, AgentRating], dict[str, str]] = ({}, {})
         for attempt in range(1, self.max_retries + 2):
             (completion,) = await self.backend.generate([request])
             usage.record(completion)
@@ -135,12 +163,21 @@ class LLMEvaluator(SyncFromAsync):
                 problems.append(f"backend error: {completion.error}")
                 continue
             try:
-                ratings = parse_ratings(completion.text, names, self.dimensions)
+                ratings, missing = parse_each(completion.text, names, self.dimensions)
             except ValueError as exc:
                 problems.append(str(exc))
                 continue
-            return EpisodeRating(evaluator=self.name, ratings=ratings, attempts=attempt, usage=usage)
+            if not missing:
+                return EpisodeRating(evaluator=self.name, ratings=ratings, attempts=attempt, usage=usage)
+            problems.append(next(iter(missing.values())))
+            if len(names) >= PARTIAL_FROM_SEATS and len(ratings) > len(partial[0]):
+                partial = ratings, missing
         self.usage.errors += 1
+        if partial[0]:  # three seats or more: who could be rated is, the others are unrated (never 0)
+            unrated = {n: f"no valid rating after {len(problems)} attempts: {why}" for n, why in partial[1].items()}
+            return EpisodeRating(
+                evaluator=self.name, ratings=partial[0], unrated=unrated, attempts=len(problems), usage=usage
+            )
         return EpisodeRating(
             evaluator=self.name,
             error=f"no valid rating after {len(problems)} attempts: {problems[-1]}",

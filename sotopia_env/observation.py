@@ -7,6 +7,7 @@ model, which agents receive. ``Observation.from_env(obs)`` converts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.profiles import Relationship
-from sotopia_env.transcript import Turn, render_action, render_move
+from sotopia_env.transcript import MODERATOR, Turn, render_action, render_move
 from sotopia_env.visibility import describe, display_name
 
 
@@ -24,21 +25,29 @@ class HistoryEntry(BaseModel):
     agent: str  # as the viewer knows them
     action_type: str
     argument: str
+    to: list[str] = []  # an addressed move's recipients, as the viewer knows them
 
     def render(self) -> str:
-        return f"Turn #{self.turn}: " + render_move(self.agent, ActionType(self.action_type), self.argument)
+        return f"Turn #{self.turn}: " + render_move(self.agent, ActionType(self.action_type), self.argument, self.to)
 
     def as_action(self) -> AgentAction:
         return AgentAction(action_type=ActionType(self.action_type), argument=self.argument)
 
 
 class Observation(BaseModel):
+    """One agent's view at one turn. ``recipients``: whom it may address (``AgentAction.to``), given where two
+    or more others are present; ``phase`` and ``choices``: a game's phase and the arguments its move must take
+    one of (a vote: ``vote for <name>``), empty outside games."""
+
     agent: str
     turn: int
     background: str
     history: list[HistoryEntry]
     available_actions: list[str]
     text: str
+    recipients: list[str] = []
+    phase: str = ""
+    choices: list[str] = []
 
     @classmethod
     def from_env(cls, obs: dict[str, Any] | Observation) -> Observation:
@@ -52,6 +61,7 @@ class Observation(BaseModel):
                 agent=str(h["agent"]),
                 action_type=ACTION_TYPES[int(h["action_type"])],
                 argument=str(h["argument"]),
+                to=list(h.get("to", ())),
             )
             for h in obs["history"]
         ]
@@ -63,6 +73,9 @@ class Observation(BaseModel):
             history=history,
             available_actions=available,
             text=obs["text"],
+            recipients=list(obs.get("recipients", ())),
+            phase=str(obs.get("phase", "")),
+            choices=list(obs.get("choices", ())),
         )
 
     @property
@@ -81,62 +94,101 @@ _RELATION_PHRASES = {
 
 
 def relationship_of(setup: EpisodeSetup) -> Relationship:
-    if setup.relationship is not None:
-        return setup.relationship.relationship
-    return setup.scenario.relationship
+    """The relationship of a two-seat setup (of seats 1 and 2 in a larger one)."""
+    return setup.relationship_between(0, 1)
 
 
 def background_for(setup: EpisodeSetup, seat: int) -> str:
-    """The background one agent sees: scenario, itself, what it may know of the others, its goal."""
+    """The background one agent sees: scenario, itself, what it may know of each other seat (following their
+    pair's relationship), its game role where there is one, its goal."""
     me = setup.characters[seat]
-    rel = relationship_of(setup)
+    n = len(setup.characters)
     lines = [
         f"Scenario: {setup.scenario.scenario}",
         "",
         f"You are {me.name}. {describe(me, None)}",
     ]
+    who = "The other participant" if n == 2 else "Another participant"
     for other_seat, other in enumerate(setup.characters):
         if other_seat == seat:
             continue
-        label = display_name(other, rel, other_seat, len(setup.characters))
-        lines.append(f"The other participant ({label}), {_RELATION_PHRASES[rel]}: {describe(other, rel)}")
-    if setup.relationship is not None and setup.relationship.background_story and rel >= Relationship.acquaintance:
-        lines.append(f"Your shared history: {setup.relationship.background_story}")
+        rel = setup.relationship_between(seat, other_seat)
+        label = display_name(other, rel, other_seat, n)
+        lines.append(f"{who} ({label}), {_RELATION_PHRASES[rel]}: {describe(other, rel)}")
+        profile = setup.profile_between(seat, other_seat)
+        if profile is not None and profile.background_story and rel >= Relationship.acquaintance:
+            lines.append(f"Your shared history{'' if n == 2 else f' with {label}'}: {profile.background_story}")
+    if setup.scenario.game is not None:
+        lines += ["", *role_lines(setup, seat)]
     lines += ["", f"Your goal: {setup.scenario.goals[seat]}"]
     return "\n".join(lines)
 
 
+def role_lines(setup: EpisodeSetup, seat: int) -> list[str]:
+    """What a game tells one player in private: its role and team, its teammates where the role knows them,
+    its secret (a word game's word) and its reserve (a negotiation's)."""
+    game = setup.scenario.game
+    assert game is not None
+    role = game.role(seat)
+    lines = [f"Your role: {role.name} (team {role.team})."]
+    if role.knows_team:
+        mates = [c.name for s, c in enumerate(setup.characters) if s != seat and game.role(s).team == role.team]
+        lines.append(f"Your teammates: {', '.join(mates)}." if mates else "You have no teammates.")
+    if role.secret:
+        lines.append(f"Your secret word: {role.secret}.")
+    if role.reserve is not None:
+        lines.append(f"Without a deal you get {role.reserve} (your reserve; the others do not know it).")
+    return lines
+
+
 def omniscient_background(setup: EpisodeSetup) -> str:
-    """Everything: every profile with its secret, the relationship and every goal (for the evaluator)."""
-    rel = relationship_of(setup)
-    lines = [f"Scenario: {setup.scenario.scenario}", f"Relationship: {rel.name}"]
-    if setup.relationship is not None and setup.relationship.background_story:
-        lines.append(f"Shared history: {setup.relationship.background_story}")
+    """Everything: every profile with its secret, the relationships, every goal and role (for the evaluator)."""
+    n = len(setup.characters)
+    lines = [f"Scenario: {setup.scenario.scenario}"]
+    if n == 2:
+        lines.append(f"Relationship: {relationship_of(setup).name}")
+        if setup.relationship is not None and setup.relationship.background_story:
+            lines.append(f"Shared history: {setup.relationship.background_story}")
+    else:
+        names = setup.agent_names
+        pairs = [
+            f"{names[a]} and {names[b]}: {setup.relationship_between(a, b).name}"
+            for a in range(n)
+            for b in range(a + 1, n)
+        ]
+        lines.append(f"Relationships: {'; '.join(pairs)}")
     for seat, c in enumerate(setup.characters):
         lines.append(f"Participant {seat + 1}: {describe(c, None)}")
+        if setup.scenario.game is not None:
+            lines.append(f"{c.name}'s role: " + " ".join(role_lines(setup, seat)))
         lines.append(f"{c.name}'s goal: {setup.scenario.goals[seat]}")
     return "\n".join(lines)
 
 
 def labels_for(setup: EpisodeSetup, seat: int) -> dict[str, str]:
-    """Agent name -> how the viewer in ``seat`` refers to them."""
-    rel = relationship_of(setup)
+    """Agent name -> how the viewer in ``seat`` refers to them (a game's master is ``MODERATOR`` to all)."""
     n = len(setup.characters)
-    return {c.name: c.name if s == seat else display_name(c, rel, s, n) for s, c in enumerate(setup.characters)}
+    labels = {
+        c.name: c.name if s == seat else display_name(c, setup.relationship_between(seat, s), s, n)
+        for s, c in enumerate(setup.characters)
+    }
+    return labels | {MODERATOR: MODERATOR}
 
 
-def history_line(turn: int, label: str, action: AgentAction) -> str:
+def history_line(turn: int, label: str, action: AgentAction, to: list[str] | None = None) -> str:
     """One past turn as an agent sees it, e.g. ``Turn #3: Ana said: "Hi."``."""
-    return f"Turn #{turn}: " + render_action(label, action)
+    return f"Turn #{turn}: " + render_action(label, action, to)
 
 
-def render_text(lines: list[str], background: str, turn: int, available: list[str]) -> str:
+def render_text(lines: list[str], background: str, turn: int, available: list[str], choices: Sequence[str] = ()) -> str:
     parts = [background, "", "Conversation so far:"]
     parts += lines or ["(nothing yet)"]
     if available == [ActionType.none.value]:
         parts += ["", f"Turn #{turn}: it is not your turn."]
     else:
         parts += ["", f"Turn #{turn}: it is your turn. Available actions: {', '.join(available)}."]
+        if choices:
+            parts.append(f"Choose one of: {'; '.join(choices)}.")
     return "\n".join(parts)
 
 
@@ -160,26 +212,44 @@ class SeatView:
         self.name, self.background, self.labels = name, background, labels
         self._entries: list[dict[str, Any]] = []
         self._lines: list[str] = []
+        self._seen = 0  # turns looked at (some may not have been observed)
 
-    def observe(self, turns: list[Turn], turn: int, available: list[str]) -> dict[str, Any]:
-        if len(turns) < len(self._entries):
-            raise ValueError(f"{self.name}'s history shrank ({len(self._entries)} -> {len(turns)} turns)")
-        for t in turns[len(self._entries) :]:
-            label = self.labels[t.agent]
+    def observe(
+        self,
+        turns: list[Turn],
+        turn: int,
+        available: list[str],
+        recipients: Sequence[str] = (),
+        phase: str = "",
+        choices: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """``recipients`` and ``choices`` are as this seat knows the others (labels)."""
+        if len(turns) < self._seen:
+            raise ValueError(f"{self.name}'s history shrank ({self._seen} -> {len(turns)} turns)")
+        for t in turns[self._seen :]:
+            if not t.seen_by(self.name):
+                continue  # a move addressed to others, or another team's channel: never observed
+            label = self.labels.get(t.agent, t.agent)
+            to = [self.labels.get(n, n) for n in t.action.to or ()]
             self._entries.append(
                 {
                     "turn": t.turn,
                     "agent": label,
                     "action_type": ACTION_TYPES.index(t.action.action_type.value),
                     "argument": t.action.argument,
+                    "to": tuple(to),
                 }
             )
-            self._lines.append(history_line(t.turn, label, t.action))
+            self._lines.append(history_line(t.turn, label, t.action, to))
+        self._seen = len(turns)
         return {
             "agent": self.name,
             "turn": turn,
             "background": self.background,
             "history": tuple(dict(e) for e in self._entries),  # copies: a caller may edit what it was given
             "available_actions": np.array([a in available for a in ACTION_TYPES], dtype="int8"),
-            "text": render_text(self._lines, self.background, turn, available),
+            "text": render_text(self._lines, self.background, turn, available, list(choices)),
+            "recipients": tuple(recipients),
+            "phase": phase,
+            "choices": tuple(choices),
         }

@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from enum import IntEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
+
+from sotopia_env.games.spec import GameSpec
 
 
 class Relationship(IntEnum):
@@ -100,7 +102,10 @@ class AgentConstraint(_Strict):
 
 
 Split = Literal["train", "dev", "test"]
+MAX_SEATS = 8
 VERIFIABLE_TAG = "verifiable"
+MULTI_PARTY_TAG = "multi-party"  # every scenario with three seats or more carries it (checked on load)
+GAME_TAG = "game"  # every scenario with a game section carries it (checked on load)
 
 
 class BargainingFacts(_Strict):
@@ -233,11 +238,28 @@ class Scenario(_Strict):
     tags: list[str] = Field(default_factory=list)
     split: Split = "train"
     verifiable: VerifiableFacts | None = None  # hidden facts of a verifiable scenario (seat 1 learns, seat 2 rules)
+    relationships: list[list[Relationship]] | None = None  # seat x seat, where pairs differ (``relationship_at``)
+    game: GameSpec | None = None  # roles, phases and rules of a game (``sotopia_env.games``)
 
     @field_validator("relationship", mode="before")
     @classmethod
     def _relationship(cls, value: object) -> Relationship:
         return Relationship.parse(value)  # type: ignore[arg-type]
+
+    @field_validator("relationships", mode="before")
+    @classmethod
+    def _matrix(cls, value: object) -> object:
+        if isinstance(value, list):
+            return [[Relationship.parse(v) for v in row] if isinstance(row, list) else row for row in value]
+        return value
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a two-seat scenario stores as it did before these fields existed
+        for key in ("relationships", "game"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     @field_validator("goals")
     @classmethod
@@ -256,7 +278,33 @@ class Scenario(_Strict):
             raise ValueError(f"constraints has {len(self.constraints)} entries but there are {len(self.goals)} goals")
         if self.verifiable is not None and len(self.goals) != 2:
             raise ValueError("a verifiable scenario has exactly two seats (the learner, then the rule partner)")
+        if len(self.goals) > MAX_SEATS:
+            raise ValueError(f"goals: at most {MAX_SEATS} seats, not {len(self.goals)}")
+        n = len(self.goals)
+        if (n >= 3) != (MULTI_PARTY_TAG in self.tags):
+            raise ValueError(f"tags: '{MULTI_PARTY_TAG}' is for scenarios of three seats or more (this has {n})")
+        if (self.game is not None) != (GAME_TAG in self.tags):
+            raise ValueError(f"tags: '{GAME_TAG}' goes with a 'game' section, and only with one")
+        if self.relationships is not None:
+            if len(self.relationships) != n or any(len(row) != n for row in self.relationships):
+                raise ValueError(f"relationships: must be a {n} x {n} matrix, one row and column per seat")
+            for a in range(n):
+                for b in range(a + 1, n):
+                    if self.relationships[a][b] != self.relationships[b][a]:
+                        raise ValueError(f"relationships: seats {a} and {b} differ ({a},{b} vs {b},{a})")
+        if self.game is not None:
+            if len(self.game.seats) != n:
+                raise ValueError(f"game.seats: {len(self.game.seats)} roles for {n} seats (one goal per seat)")
+            if (
+                min(self.relationship_at(a, b) for a in range(n) for b in range(n) if a != b)
+                < Relationship.know_by_name
+            ):
+                raise ValueError("relationship: a game's players know each other by name at least (know_by_name)")
         return self
+
+    def relationship_at(self, a: int, b: int) -> Relationship:
+        """How seats ``a`` and ``b`` know each other: the matrix's entry, else ``relationship``."""
+        return self.relationship if self.relationships is None else self.relationships[a][b]
 
     @property
     def num_agents(self) -> int:

@@ -26,9 +26,16 @@ ACTION_HELP = {
 }
 
 
+ADDRESSING = (
+    ' To be heard by some of the others only, add a third key, "to": a list of their names; '
+    "without it, everyone present hears you."
+)
+
+
 def render_prompt(observation: Observation) -> list[dict[str, str]]:
     """System: who you are, the scenario, what you know, your goal, and how to answer. User: the conversation
-    and whose move it is.
+    and whose move it is (in a game, the phase and the choices a move must take one of). With three or more
+    present (and in every game), the system message says how to address some of them only (``ADDRESSING``).
 
     Everything that stays the same from turn to turn comes before the conversation, so that a turn's prompt
     starts with the previous turn's prompt up to its last short line: a prefix cache (the local backend's, or
@@ -44,11 +51,16 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
         + f"\n\nOn your move, choose one action:\n{options}\n\n"
         'Reply with one JSON object only, with two keys: "action_type", one of the actions above, '
         'and "argument", the words you say or a description of what you do.'
+        + (ADDRESSING if obs.recipients or obs.phase else "")
     )
+    phase = f" ({obs.phase} phase)" if obs.phase else ""
     user = (
         f"Conversation so far:\n{history}\n\n"
-        f"It is turn #{obs.turn} and your move, {obs.agent}. Choose one action: {', '.join(ranked)}."
+        f"It is turn #{obs.turn}{phase} and your move, {obs.agent}. Choose one action: {', '.join(ranked)}."
     )
+    if obs.choices:
+        user += f" The argument must be one of: {'; '.join(obs.choices)}."
+
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from itertools import permutations
+from itertools import combinations, permutations
 
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.errors import UserError
@@ -16,8 +16,15 @@ class NoEligibleCharacters(UserError, ValueError):
     pass
 
 
+MANY_SEATS = 3
+MAX_DRAWS = 64  # distinct casts drawn for a scenario of MANY_SEATS or more (there are billions of orderings)
+
+
 def eligible_setups(scenario: Scenario, library: Library) -> list[EpisodeSetup]:
-    """Every (ordered) character assignment that fits the scenario, in a stable order."""
+    """Every (ordered) character assignment that fits a two-seat scenario, in a stable order; for three seats
+    or more, up to ``MAX_DRAWS`` distinct casts drawn in a fixed order (``many_seat_setups``)."""
+    if scenario.num_agents >= MANY_SEATS:
+        return many_seat_setups(scenario, library)
     chars = sorted(library.characters.values(), key=lambda c: c.id)
     cons = scenario.constraints
     out: list[EpisodeSetup] = []
@@ -39,6 +46,34 @@ def eligible_setups(scenario: Scenario, library: Library) -> list[EpisodeSetup]:
         for seats in ((a, b), (b, a)):
             if fits(seats):
                 out.append(EpisodeSetup(scenario=scenario, characters=list(seats), relationship=rel))
+    return out
+
+
+def many_seat_setups(scenario: Scenario, library: Library, draws: int = MAX_DRAWS) -> list[EpisodeSetup]:
+    """Distinct casts for a scenario of three seats or more: each seat takes a character its constraints admit,
+    drawn by a generator seeded with the scenario's id (the same library, the same casts). Pairs that the
+    relationships file knows keep their profile (``EpisodeSetup.pair_relationships``); the others follow the
+    scenario's relationship, or its matrix."""
+    chars = sorted(library.characters.values(), key=lambda c: c.id)
+    cons = scenario.constraints or [None] * scenario.num_agents
+    rng = random.Random(scenario.id)
+    seen: set[tuple[str, ...]] = set()
+    out: list[EpisodeSetup] = []
+    for _ in range(draws * 4):
+        cast: list[Character] = []
+        for con in cons:
+            fitting = [c for c in chars if c not in cast and (con is None or con.admits(c))]
+            if not fitting:
+                break
+            cast.append(rng.choice(fitting))
+        key = tuple(c.id for c in cast)
+        if len(cast) < scenario.num_agents or key in seen:
+            continue
+        seen.add(key)
+        pairs = [rel for a, b in combinations(cast, 2) if (rel := library.relationship_between(a.id, b.id)) is not None]
+        out.append(EpisodeSetup(scenario=scenario, characters=cast, pair_relationships=pairs or None))
+        if len(out) == draws:
+            break
     return out
 
 

@@ -58,8 +58,10 @@ def observation_space(max_turns: int) -> spaces.Dict:
             "agent": FreeText(max_length=200),
             "action_type": spaces.Discrete(len(ACTION_TYPES)),
             "argument": FreeText(),
+            "to": spaces.Sequence(FreeText(max_length=200), stack=False),
         }
     )
+    names = spaces.Sequence(FreeText(max_length=200), stack=False)
     return spaces.Dict(
         {
             "agent": FreeText(max_length=200),
@@ -68,5 +70,8 @@ def observation_space(max_turns: int) -> spaces.Dict:
             "history": spaces.Sequence(entry, stack=False),
             "available_actions": spaces.MultiBinary(len(ACTION_TYPES)),
             "text": FreeText(),
+            "recipients": names,
+            "phase": FreeText(max_length=200),
+            "choices": spaces.Sequence(FreeText(max_length=400), stack=False),
         }
     )

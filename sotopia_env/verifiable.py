@@ -83,6 +83,7 @@ from sotopia_env.evaluation import (
     EpisodeRating,
     SyncFromAsync,
 )
+from sotopia_env.games.judge import rate_game
 from sotopia_env.profiles import (
     BargainingFacts,
     PersuasionFacts,
@@ -476,8 +477,9 @@ def judge_outcome(context: EpisodeContext) -> tuple[Outcome, Talk]:
 class VerifiableJudge(SyncFromAsync):
     """The rule judge: the goal dimension, scored exactly from the transcript; ``success`` per agent.
 
-    It rates ``goal`` only (other SOTOPIA dimensions need an LLM judge). A scenario without hidden facts is
-    unrated with a one-line error (``NotVerifiable``), never scored 0.
+    It rates ``goal`` only (other SOTOPIA dimensions need an LLM judge). A game is judged by its rules
+    (``sotopia_env.games.judge``). A scenario without hidden facts is unrated with a one-line error
+    (``NotVerifiable``), never scored 0.
     """
 
     name = "verifiable"
@@ -488,6 +490,8 @@ class VerifiableJudge(SyncFromAsync):
         self.dimensions = GOAL_ONLY
 
     async def aevaluate(self, context: EpisodeContext) -> EpisodeRating:
+        if context.setup.scenario.game is not None:
+            return rate_game(context, self.name)
         outcome, _ = judge_outcome(context)
         learner, partner = context.setup.agent_names[LEARNER_SEAT], context.setup.agent_names[PARTNER_SEAT]
         ratings = {

@@ -206,6 +206,8 @@ def test_hf_dataset_columns_and_roundtrip(tmp_path: Path, logs: list[EpisodeLog]
         "agent": log.turns[1].agent,
         "action_type": "speak",
         "argument": log.turns[1].action.argument,
+        "to": [],
+        "audience": [],
     }
     assert ds[1]["status"] == "unrated" and ds[1]["scores"] == [] and "invalid" in ds[1]["error"]
     assert ds[2]["status"] == "failed" and ds[2]["termination_reason"] is None

@@ -13,7 +13,7 @@ def test_sampling_is_deterministic(library):
 
 
 def test_constraints_and_relationships_are_honoured(library):
-    for scenario in library.scenarios.values():
+    for scenario in library.select("all"):
         for setup in sample_setups([scenario], library, per_scenario=3, seed=1):
             for seat, character in enumerate(setup.characters):
                 if scenario.constraints:
@@ -23,3 +23,20 @@ def test_constraints_and_relationships_are_honoured(library):
             else:
                 assert setup.relationship.relationship == scenario.relationship
                 assert set(setup.relationship.characters) == {c.id for c in setup.characters}
+
+
+def test_many_seat_casts_are_distinct_deterministic_and_keep_known_pairs(library):
+    (scenario,) = library.select(["werewolf-ashford"])
+    setups = sample_setups([scenario], library, per_scenario=5, seed=1)
+    assert [s.pairing_key for s in setups] == [s.pairing_key for s in sample_setups([scenario], library, 5, seed=1)]
+    assert len({s.pairing_key for s in setups}) == 5
+    for setup in setups:
+        setup.check()
+        ids = [c.id for c in setup.characters]
+        known = {frozenset(p.characters) for p in setup.pair_relationships or []}
+        for a in range(6):
+            for b in range(a + 1, 6):
+                profile = library.relationship_between(ids[a], ids[b])
+                assert (frozenset((ids[a], ids[b])) in known) == (profile is not None)
+                expected = profile.relationship if profile is not None else scenario.relationship
+                assert setup.relationship_between(a, b) == expected

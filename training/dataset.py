@@ -35,7 +35,7 @@ from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.errors import UserError
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt
-from sotopia_env.transcript import Turn
+from sotopia_env.transcript import MODERATOR, Turn
 
 _NO_LIMIT = 10**9
 
@@ -152,7 +152,8 @@ def replay(log: EpisodeLog, config: EnvConfig | None = None) -> Iterator[tuple[T
     obs, infos = env.reset(seed=log.seed)
     by_turn: dict[int, list[Turn]] = {}
     for turn in log.turns:
-        by_turn.setdefault(turn.turn, []).append(turn)
+        if turn.agent != MODERATOR:  # a game master's words: the env says them again
+            by_turn.setdefault(turn.turn, []).append(turn)
     for index in sorted(by_turn):
         recorded = by_turn[index]
         acting = sorted(name for name in env.agents if infos[name]["acting"])

@@ -9,6 +9,7 @@ from sotopia_env.actions import ActionType
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
 from sotopia_env.observation import background_for
+from sotopia_env.transcript import Turn
 from sotopia_env.visibility import describe
 
 RANGES = {d.name: (d.low, d.high) for d in SOTOPIA_DIMENSIONS}
@@ -35,10 +36,11 @@ class Seat:
 @dataclass
 class Line:
     turn: int
-    seat: int  # 1-based; 0 when the agent is not seated (should not happen)
+    seat: int  # 1-based; 0 for a game's master
     agent: str
     kind: str  # a CSS class: speak, nonverbal, action, leave, none
     argument: str
+    heard_by: str = ""  # "to Bo Li", or "seen by Ana Ruiz, Bo Li": who heard it, where not everyone did
 
     @property
     def text(self) -> str:
@@ -46,7 +48,7 @@ class Line:
             return "did nothing"
         if self.kind == "leave" and not self.argument:
             return "left the conversation"
-        return self.argument
+        return f"({self.heard_by}) {self.argument}" if self.heard_by else self.argument
 
 
 @dataclass
@@ -84,9 +86,19 @@ def seats(log: EpisodeLog) -> list[Seat]:
 def transcript(log: EpisodeLog) -> list[Line]:
     seat_of = {name: i + 1 for i, name in enumerate(log.setup.agent_names)}
     return [
-        Line(t.turn, seat_of.get(t.agent, 0), t.agent, ACTION_CLASSES[t.action.action_type], t.action.argument)
+        Line(
+            t.turn, seat_of.get(t.agent, 0), t.agent, ACTION_CLASSES[t.action.action_type], t.action.argument, heard(t)
+        )
         for t in log.turns
     ]
+
+
+def heard(turn: Turn) -> str:
+    if turn.action.to:
+        return f"to {', '.join(turn.action.to)}"
+    if turn.audience is not None:
+        return f"seen by {', '.join(turn.audience)}"
+    return ""
 
 
 def score_rows(log: EpisodeLog) -> list[ScoreRow]:

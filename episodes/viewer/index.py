@@ -54,7 +54,9 @@ class Summary:
         scores = None
         if log.rating is not None and log.rating.ratings is not None:
             ratings = log.rating.ratings
-            scores = tuple({d: s.score for d, s in ratings[a.name].scores.items()} for a in log.agents)
+            scores = tuple(
+                {d: s.score for d, s in ratings[a.name].scores.items()} if a.name in ratings else {} for a in log.agents
+            )
         error = log.error or (log.rating.error if log.rating is not None else None)
         return cls(
             id=log.id,

@@ -102,10 +102,12 @@ def hosted_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(branches, list) or not all(isinstance(b, dict) and "properties" in b for b in branches):
         return schema
     merged = {**branches[0], "properties": dict(branches[0]["properties"])}
-    for name, prop in merged["properties"].items():
-        enums = [v for b in branches for v in b["properties"].get(name, {}).get("enum", [])]
-        if enums:
-            merged["properties"][name] = {**prop, "enum": list(dict.fromkeys(enums))}
+    kinds = [v for b in branches for v in b["properties"].get("action_type", {}).get("enum", [])]
+    if kinds:  # the other properties are the first branch's (a game's argument choices are checked by the env)
+        merged["properties"]["action_type"] = {
+            **merged["properties"]["action_type"],
+            "enum": list(dict.fromkeys(kinds)),
+        }
     return merged
 
 
