@@ -1,8 +1,19 @@
 """``SocialEnv``: a PettingZoo ``ParallelEnv`` in which characters pursue private goals.
 
 Agents are keyed by character name. Each step takes one action per live agent
-(``{"action_type": name or index, "argument": str}``, an ``AgentAction`` or its
-JSON text); actions of agents whose turn it is not are ignored.
+(``{"action_type": name or index, "argument": str}``, optionally ``"to": [names]``, an ``AgentAction`` or its
+JSON text); actions of agents whose turn it is not are ignored. An addressed action (``to``) is observed by
+its recipients and its author only; a ``to`` that names nobody, the author or someone absent is an invalid
+action (an agent error). With three or more present, ``recipients`` in the observation lists who can be
+addressed.
+
+A scenario with a ``game`` section is a game (``sotopia_env.games``): its game master decides who acts (the
+action order is its own), which action types each may take (``infos[agent]["action_mask"]``, an int8 vector
+over ``ACTION_TYPES``, and ``infos[agent]["phase"]``) and which arguments (``choices`` in the observation), who
+observes each move (team channels, private results), and when the game ends (``game_over``; ``max_turns``,
+``stale_turns`` and leaving do not apply: its ``max_cycles`` bound it). Its announcements are turns of
+``transcript.MODERATOR``. Eliminated players stay in ``agents`` until the end, acting never, so that
+everyone gets the final reward.
 
 Returns of ``step``, all dicts keyed by agent name:
 
@@ -12,8 +23,8 @@ Returns of ``step``, all dicts keyed by agent name:
   could not be rated or no evaluator is set: never a silent 0.
 - terminations: True for everyone when the episode ended on its own: all but
   one agent left (``everyone_left``), ``stale_turns`` consecutive turns of
-  ``none`` (``stale``), or an agent failed to act ``max_agent_errors`` times
-  (``agent_error``: an error, not stale talk).
+  ``none`` (``stale``), an agent failed to act ``max_agent_errors`` times
+  (``agent_error``: an error, not stale talk), or a game reached its end (``game_over``).
 - truncations: True for everyone when ``max_turns`` is reached (``max_turns``).
 - infos: ``acting`` (whether it was the agent's turn), ``agent_errors`` (the
   agent's count), ``last_error``; on the last step also ``termination_reason``

@@ -503,3 +503,58 @@ def test_train_grpo_cli_runs_episodes_and_a_bad_selector_is_one_line(tmp_path, t
     result = CliRunner().invoke(app, ["train", "grpo", str(tmp_path / "bad.yaml"), "--quiet"])
     assert result.exit_code != 0 and "no-such-scenario" in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def first_choice(request) -> str:
+    """A valid move for any request: the first choice where the schema lists the argument's, else speech."""
+    branches = request.json_schema.get("anyOf", [request.json_schema])
+    choices = next(
+        (b["properties"]["argument"]["enum"] for b in branches if "enum" in b["properties"]["argument"]), None
+    )
+    if choices:
+        return json.dumps({"action_type": "action", "argument": choices[0]})
+    return _speak("I trust you all.")
+
+
+def test_a_team_of_seats_plays_a_game_and_shares_its_exact_outcome(tmp_path_factory):
+    from sotopia_env.library import load_library
+    from sotopia_env.sampler import sample_setups
+
+    library = load_library()
+    (scenario,) = library.select(["werewolf-ashford"])
+    setup = sample_setups([scenario], library, 1, seed=0)[0]
+    rollout = _rollout(setup, role="wolves", partner="rule-player", env=EnvConfig())
+    assert rollout.learner_seats(setup) == [0, 4]  # werewolf-ashford: the wolves sit in seats 1 and 5
+    tokenizer = _tokenizer(tmp_path_factory)
+    backend = IdsBackend(first_choice, tokenizer)
+    episode = asyncio.run(play_one(rollout, backend, setup, seed=0))
+    log = episode.log
+    assert log is not None and log.termination_reason == "game_over", episode.error
+    wolves = {setup.agent_names[0], setup.agent_names[4]}
+    assert [a.model for a in log.agents] == ["scripted", *["rule-player"] * 3, "scripted", "rule-player"]
+    moves = [t for t in log.turns if t.agent in wolves]
+    assert len(episode.samples) == len(moves) == episode.calls  # every move of both wolves, and only theirs
+    outcome = {log.rating.reward(n) for n in wolves}
+    assert len(outcome) == 1 and episode.reward.value == outcome.pop()  # the team's exact outcome
+    with pytest.raises(ValueError, match="has no role or team 'sheriff'"):
+        _rollout(setup, role="sheriff").learner_seats(setup)
+
+
+def test_episode_grpo_trains_one_role_of_a_game_on_its_outcome(tmp_path, tmp_path_factory):
+    spec = tiny_model_spec(tmp_path_factory)
+    config = _config(
+        tmp_path,
+        spec,
+        scenarios="negotiation-game:train",
+        role="proposer",
+        partner="rule-player",
+        max_steps=1,
+        max_completion_length=128,
+    )
+    result = train_episode_grpo(config)
+    (row,) = result.log
+    assert row["episodes"] == 2 and row["unrated"] == 0 and row["reward"] is not None  # both rated: exact outcomes
+    assert row["success"] is not None
+    bad = _config(tmp_path / "bad", spec, scenarios="negotiation-game:train", role="sheriff", partner="rule-player")
+    with pytest.raises(Exception, match="has no role or team 'sheriff'"):
+        train_episode_grpo(bad)

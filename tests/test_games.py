@@ -23,6 +23,10 @@ from sotopia_env.verifiable import VerifiableJudge
 NONE = {"action_type": "none"}
 
 
+def _speak(text: str) -> dict:
+    return {"action_type": "speak", "argument": text}
+
+
 def _setup(library, scenario_id: str, seed: int = 0):
     (scenario,) = library.select([scenario_id])
     return sample_setups([scenario], library, 1, seed=seed)[0]
@@ -81,12 +85,13 @@ def test_the_dead_never_act_and_the_living_act_in_their_phase(library) -> None:
         actions = {n: NONE for n in env.agents}
         for name in acting:
             choices = obs[name]["choices"]
-            actions[name] = {"action_type": "action", "argument": choices[0]} if choices else "I trust nobody."
+            actions[name] = {"action_type": "action", "argument": choices[0]} if choices else _speak("I trust nobody.")
         for name in dead:  # a dead player's move is ignored: it never reaches the transcript
             actions[name] = {"action_type": "speak", "argument": "Boo!"}
         obs, _, _, _, infos = env.step(actions)
         dead |= {n for n in setup.agent_names if n not in env.game.alive}
     assert dead and not any(t.action.argument == "Boo!" for t in env.turns)
+    assert not any(t.action.error for t in env.turns)  # every living move above was a valid one
 
 
 def test_a_vote_for_the_dead_or_an_unknown_player_is_invalid(library) -> None:
@@ -106,14 +111,15 @@ def test_a_vote_for_the_dead_or_an_unknown_player_is_invalid(library) -> None:
     env.step({n: NONE for n in names} | {speaker: {"action_type": "action", "argument": f"vote for {wolves[1]}"}})
     assert "not allowed in the day phase" in env._last_error[speaker]  # a vote is no day move
     while env.game.phase.name == "day":
-        env.step({n: NONE for n in names} | {env.acting[0]: "Let us vote."})
+        env.step({n: NONE for n in names} | {env.acting[0]: _speak("Let us vote.")})
     voter = next(n for n in env.acting if n != victim)
     for bad in (f"vote for {victim}", "vote for Nobody Atall", f"vote for {voter}", "vote"):
         assert "is not a valid choice in the vote phase" in env.game.problem(
             voter, AgentAction(action_type="action", argument=bad)
         )
+    before = env.errors[voter]
     env.step({n: NONE for n in names} | {voter: {"action_type": "action", "argument": f"vote for {victim}"}})
-    assert "not a valid choice" in env._last_error[voter] and env.errors[voter] == 2
+    assert "not a valid choice" in env._last_error[voter] and env.errors[voter] == before + 1
 
 
 def test_whispers_team_channels_and_the_seers_result_never_leak(library) -> None:
@@ -266,3 +272,18 @@ def test_cli_runs_a_game_with_one_spec_or_one_per_seat_and_benchmarks_roles(tmp_
     civilian, odd = roles[("undercover", "civilian")], roles[("undercover", "undercover")]
     assert (civilian["wins"], civilian["games"], odd["wins"], odd["games"]) == (12, 12, 0, 3)
     assert civilian["low"] == pytest.approx(0.757, abs=1e-3) and odd["high"] == pytest.approx(0.562, abs=1e-3)
+
+
+def test_saying_ones_own_word_puts_one_out(library) -> None:
+    setup = _setup(library, "undercover-coffee-tea")
+    names, roles = setup.agent_names, _roles(setup)
+    odd = next(n for n in names if roles[n] == "undercover")
+    env = SocialEnv(setup=setup, evaluator=VerifiableJudge())
+    env.reset(seed=0)
+    while not env.game.over and env.game.phase.name == "describe":
+        speaker = env.acting[0]
+        line = "It's a TEA, of course." if speaker == odd else "Something warm to drink."
+        env.step({n: NONE for n in names} | {speaker: _speak(line)})
+    assert odd not in env.game.alive and not any(t.action.error for t in env.turns)
+    assert env.termination_reason == "game_over"  # the only undercover player is out: the civilians win
+    assert all(env.rating.of(n).success == (roles[n] == "civilian") for n in names)

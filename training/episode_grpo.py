@@ -54,6 +54,7 @@ from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.resolve import release_backends
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.progress import progress_bar
+from sotopia_env.profiles import MAX_SEATS
 from sotopia_env.training.base_config import BaseTrainConfig
 from sotopia_env.training.episode_rollouts import (
     Episode,
@@ -90,6 +91,7 @@ class EpisodeGRPOConfig(BaseTrainConfig):
     partner: str = "rule-partner"  # any agent spec, or "policy": a frozen copy of the starting policy
     evaluator: str = "verifiable"  # an evaluator spec: its rating of the policy's seat is the reward
     seat: int = 0  # the policy's seat (0: first)
+    role: str | None = None  # games: the policy plays every seat of this role or team instead of ``seat``
     max_turns: int = 8  # the env's turn limit
     group_size: int = 4  # episodes per start (different sampling seeds)
     groups_per_step: int = 4  # starts per step, their kinds interleaved
@@ -122,8 +124,8 @@ class EpisodeGRPOConfig(BaseTrainConfig):
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be at least 2 (GRPO compares a group), not {self.group_size}")
-        if self.seat not in (0, 1):
-            raise ValueError(f"seat must be 0 or 1, not {self.seat}")
+        if not 0 <= self.seat < MAX_SEATS:
+            raise ValueError(f"seat must be 0 to {MAX_SEATS - 1}, not {self.seat}")
         if self.beta < 0 or self.temperature <= 0 or self.max_resample_groups < 0:
             raise ValueError("beta and max_resample_groups must be 0 or more, temperature positive")
         if not 0 <= self.dense_reward < 10:
@@ -346,9 +348,10 @@ def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
         raise TaskError(f"task 'episodes': no scenarios match {config.scenarios!r}")
     setups = sample_setups(sorted(scenarios, key=lambda s: s.id), library, 1, seed=config.seed)
     partner = policy_spec if config.partner == FROZEN_POLICY else config.partner
-    return Rollout(
+    rollout = Rollout(
         setups=setups,
         seat=config.seat,
+        role=config.role,
         partner=partner,
         evaluator=make_evaluator(config.evaluator, "goal", config.api_base),
         env=EnvConfig(max_turns=config.max_turns),
@@ -358,6 +361,12 @@ def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
         turn_reward=config.turn_reward,
         dense_reward=config.dense_reward,
     )
+    for setup in setups:  # every start must have a seat for the policy: one line naming the first that has none
+        try:
+            rollout.learner_seats(setup)
+        except ValueError as exc:
+            raise TaskError(f"task 'episodes': {exc}") from None
+    return rollout
 
 
 def load_policy(config: EpisodeGRPOConfig) -> tuple[Any, Any, bool, bool]:

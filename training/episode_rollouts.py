@@ -178,7 +178,8 @@ class Episode:
 
 @dataclass
 class Rollout:
-    """Everything a rollout needs besides the policy's backend."""
+    """Everything a rollout needs besides the policy's backend. The policy plays ``seat``, or, with ``role``, every
+    seat whose game role or team is ``role`` (one role's seat, or a whole team); ``partner`` plays the others."""
 
     setups: list[EpisodeSetup]
     seat: int
@@ -191,11 +192,26 @@ class Rollout:
     turn_reward: float = 0.0
     dense_reward: float = 0.0
     partner_settings: GenerationSettings = field(default_factory=GenerationSettings)
+    role: str | None = None
 
     def partner_agent(self) -> Agent:
         from sotopia_env.agents.loading import load_agent
 
         return load_agent(self.partner, settings=self.partner_settings, api_base=self.api_base)
+
+    def learner_seats(self, setup: EpisodeSetup) -> list[int]:
+        """The seats the policy plays in ``setup``; ValueError (one line) when there are none."""
+        game = setup.scenario.game
+        if self.role is None:
+            seats = [self.seat] if self.seat < setup.scenario.num_agents else []
+        elif game is None:
+            seats = []
+        else:
+            seats = [s for s in range(len(game.seats)) if self.role in (game.role(s).name, game.role(s).team)]
+        if not seats:
+            who = f"role or team {self.role!r}" if self.role is not None else f"seat {self.seat + 1}"
+            raise ValueError(f"scenario {setup.scenario.id!r} has no {who} for the policy to play")
+        return seats
 
 
 async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed: int) -> Episode:
@@ -203,22 +219,36 @@ async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed
     from sotopia_env.episodes.runner import play
 
     recorder = RecordingBackend(backend)
-    policy = CreditingAgent(
-        LLMAgent(recorder, settings=replace(rollout.settings, seed=seed), constrained=rollout.constrained)
-    )
+    learners = rollout.learner_seats(setup)
+    constrained = rollout.constrained
+    policies = {  # one agent per seat (each keeps its own moves); the seeds differ so teammates do not sample alike
+        seat: CreditingAgent(
+            LLMAgent(recorder, settings=replace(rollout.settings, seed=seed + 7919 * k), constrained=constrained)
+        )
+        for k, seat in enumerate(learners)
+    }
     try:
-        partner = rollout.partner_agent()
-        seats: list[Agent] = [partner, partner]
-        seats[rollout.seat] = policy
-        specs = [rollout.partner] * 2
-        specs[rollout.seat] = backend.model
+        seats: list[Agent] = [policies.get(s) or rollout.partner_agent() for s in range(setup.scenario.num_agents)]
+        specs = [backend.model if s in policies else rollout.partner for s in range(len(seats))]
         log = await play(setup, seats, rollout.evaluator, rollout.env, specs, seed=seed)
     except MissingSampledIds:
         raise
     except Exception as exc:  # a partner or judge that breaks: this episode is unrated, the run goes on
         return Episode(None, Reward(None), [], len(recorder.calls), f"{type(exc).__name__}: {exc}")
-    reward = episode_reward(log, rollout.seat, rollout.env.reward_dimension, rollout.turn_reward, rollout.dense_reward)
-    return Episode(log, reward, credited_samples(log, policy.moves), len(recorder.calls))
+    rewards = [
+        episode_reward(log, seat, rollout.env.reward_dimension, rollout.turn_reward, rollout.dense_reward)
+        for seat in learners
+    ]
+    samples = [sample for policy in policies.values() for sample in credited_samples(log, policy.moves)]
+    return Episode(log, team_reward(rewards), samples, len(recorder.calls))
+
+
+def team_reward(rewards: Sequence[Reward]) -> Reward:
+    """The policy's reward over the seats it played: their mean (one seat: its own), its first seat's verdict;
+    unrated when any seat is."""
+    if any(r.value is None for r in rewards):
+        return Reward(None)
+    return Reward(statistics.fmean(r.value for r in rewards if r.value is not None), rewards[0].success)
 
 
 async def play_many(rollout: Rollout, backend: Backend, starts: Sequence[tuple[EpisodeSetup, int]]) -> list[Episode]:
@@ -238,10 +268,13 @@ def policy_backend(model: Any, tokenizer: Any, name: str, max_batch_size: int, e
 
 
 def kind_of(setup: EpisodeSetup) -> str:
-    """A start's kind: the verifiable kind, else the scenario's first tag, else ``other``."""
+    """A start's kind: the verifiable kind, else the game's rule set, else the scenario's first tag, else
+    ``other``."""
     facts = setup.scenario.verifiable
     if facts is not None:
         return str(facts.kind)
+    if setup.scenario.game is not None:
+        return setup.scenario.game.rules
     return setup.scenario.tags[0] if setup.scenario.tags else "other"
 
 

@@ -104,7 +104,7 @@ class GameMaster:
         if choices and canonical(action.argument) not in {canonical(c) for c in choices}:
             shown = ", ".join(repr(c) for c in choices[:6]) + (", ..." if len(choices) > 6 else "")
             return f"argument {action.argument!r} is not a valid choice in the {self.phase.name} phase ({shown})"
-        return self.rules.move_problem(self, name, action)
+        return None
 
     def audience(self, name: str) -> list[str] | None:
         """Who observes ``name``'s move in this phase (besides the judge); None: everyone."""

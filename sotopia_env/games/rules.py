@@ -6,8 +6,9 @@
   its actor, and only them, whether the player named is a werewolf. An eliminated player's role is revealed.
   The village wins once no werewolf is alive; the wolves win once they are as many as the others, or when
   time runs out with a wolf alive.
-- ``undercover``: each role's ``secret`` is its word; the ``undercover`` team's word differs. A speech that
-  says one's own word is an invalid move. Votes as in werewolf. The civilians win once every undercover
+- ``undercover``: each role's ``secret`` is its word; the ``undercover`` team's word differs. A player whose
+  description says their own word (as a whole word, any case) is out at the end of that phase. Votes as in
+  werewolf. The civilians win once every undercover
   player is out; the undercover team wins once it is as many as the civilians, or when time runs out with one
   of them alive.
 - ``negotiation``: a ``split`` phase records its actor's proposal of the ``pot`` (in tenths); a ``yes-no``
@@ -21,6 +22,7 @@ A game's goal is 10 for a win and 0 for a loss (werewolf, undercover), with ``su
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from typing import Protocol
 
@@ -50,7 +52,6 @@ class Rules(Protocol):
     def resolve(self, gm: GameMaster, phase: Phase, moves: dict[str, AgentAction]) -> list[Announcement]: ...
     def outcome(self, gm: GameMaster) -> GameOutcome | None: ...
     def time_up(self, gm: GameMaster) -> GameOutcome: ...
-    def move_problem(self, gm: GameMaster, name: str, action: AgentAction) -> str | None: ...
     def splits(self, gm: GameMaster) -> list[dict[str, int]]: ...
 
 
@@ -60,9 +61,6 @@ class _TeamGame:
     villains = ""
     good = ""
     time_favours_villains = True
-
-    def move_problem(self, gm: GameMaster, name: str, action: AgentAction) -> str | None:
-        return None
 
     def splits(self, gm: GameMaster) -> list[dict[str, int]]:
         return []
@@ -140,14 +138,16 @@ class Werewolf(_TeamGame):
 class Undercover(_TeamGame):
     villains, good = UNDERCOVER, CIVILIANS
 
-    def move_problem(self, gm: GameMaster, name: str, action: AgentAction) -> str | None:
-        word = gm.roles[name].secret.lower()
-        if action.action_type is ActionType.speak and word and word in action.argument.lower():
-            return f"argument says the secret word {gm.roles[name].secret!r}; describe it without saying it"
-        return None
-
     def resolve(self, gm: GameMaster, phase: Phase, moves: dict[str, AgentAction]) -> list[Announcement]:
-        return self.vote_out(gm, moves) if phase.choices is not None else []
+        if phase.choices is not None:
+            return self.vote_out(gm, moves)
+        said = []
+        for name, action in moves.items():  # saying one's own word gives the game away: that player is out
+            word = gm.roles[name].secret
+            if action.action_type is ActionType.speak and re.search(rf"\b{re.escape(word)}\b", action.argument, re.I):
+                gm.eliminate(name)
+                said.append(Announcement(f"{name} said their secret word and is out. {self.reveal(gm, name)}"))
+        return said
 
     def reveal(self, gm: GameMaster, name: str) -> str:
         undercover = gm.roles[name].team == UNDERCOVER
@@ -160,9 +160,6 @@ class Negotiation:
     def __init__(self) -> None:  # one Rules object per game: the state of this game's talks
         self.proposal: dict[str, int] | None = None
         self.deal: dict[str, int] | None = None
-
-    def move_problem(self, gm: GameMaster, name: str, action: AgentAction) -> str | None:
-        return None
 
     def splits(self, gm: GameMaster) -> list[dict[str, int]]:
         pot = gm.spec.pot or 0
