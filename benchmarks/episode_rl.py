@@ -48,16 +48,16 @@ def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
     )  # fmt: skip
 
 
-def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float) -> list:
-    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner: a list of
-    ((instance id, seed), episode)."""
+def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float, **kw) -> list:
+    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner (or as ``kw``
+    set the rollout: ``role``, ``partner``): a list of ((instance id, seed), episode)."""
     from dataclasses import replace
 
     from sotopia_env.backends.local import LocalBackend
     from sotopia_env.training.episode_grpo import make_rollout
     from sotopia_env.training.episode_rollouts import play_many
 
-    rollout = make_rollout(rollout_config(args, scenarios), spec)
+    rollout = make_rollout(rollout_config(args, scenarios, **kw), spec)
     rollout.settings = replace(rollout.settings, temperature=temperature)
     starts = [(s, seed) for s in rollout.setups for seed in seeds]
     backend = LocalBackend.from_spec(spec, max_batch_size=args.batch)
@@ -181,17 +181,19 @@ def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> di
 # -- the table ------------------------------------------------------------------------------------------------------
 
 
-def paired_interval(rows: list[dict], bc: list[dict], greedy: bool, seed: int = 0) -> tuple[float, float, float]:
+def paired_interval(
+    rows: list[dict], bc: list[dict], greedy: bool, seed: int = 0, unit: str = "instance"
+) -> tuple[float, float, float]:
     """Mean of (row - BC) goal per instance (over its seeds, paired by seed), and a 95% bootstrap interval over
-    instances (2,000 resamples)."""
+    instances (2,000 resamples); ``unit="episode"`` resamples the (instance, seed) pairs instead."""
 
     def per_instance(data: list[dict]) -> dict[tuple[str, int], float]:
         return {(r["instance"], r["seed"]): r["goal"] for r in data if "goal" in r and r["greedy"] == greedy}
 
     mine, base = per_instance(rows), per_instance(bc)
-    diffs: dict[str, list[float]] = {}
+    diffs: dict[object, list[float]] = {}
     for key in sorted(mine.keys() & base.keys()):  # sorted: the same resamples in every process
-        diffs.setdefault(key[0], []).append(mine[key] - base[key])
+        diffs.setdefault(key[0] if unit == "instance" else key, []).append(mine[key] - base[key])
     values = [statistics.fmean(d) for d in diffs.values()]
     if not values:
         return float("nan"), float("nan"), float("nan")
@@ -270,8 +272,6 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
-
     torch.set_num_threads(args.threads)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     if unknown := set(rows) - set(ROWS):
@@ -292,25 +292,42 @@ def main() -> None:
         if name != "base" and name not in stages:
             if name != "bc" and "bc" not in stages:
                 raise SystemExit(f"row {name!r} starts from BC: run the bc row first (--rows bc,{name})")
-            reset_peak_rss()
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            stages[name] = trainers[name]()
-            stages[name].update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
-            if torch.cuda.is_available():
-                stages[name]["note"] += f"; peak GPU memory {torch.cuda.max_memory_allocated() >> 20} MiB"
-            stages_file.write_text(json.dumps(stages, indent=2))
-            print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
-        cached = run / "evals" / f"{name}.json"
-        done = json.loads(cached.read_text()) if cached.is_file() else []
+            run_stage(stages, stages_file, name, trainers[name])
         spec = "smollm2-135m" if name == "base" else str(run / stages[name].get("same_as", name))
-        t0 = time.perf_counter()
-        evals[name] = evaluate(spec, args, done)
-        if len(evals[name]) > len(done):
-            cached.write_text(json.dumps(evals[name], indent=2))
-            print(f"{name}: evaluated in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        evals[name] = evaluate_kept(run, name, lambda done, spec=spec: evaluate(spec, args, done))
     print_table(evals, stages, args)
+
+
+def run_stage(stages: dict[str, dict], stages_file: Path, name: str, trainer) -> None:
+    """Train one stage (``trainer()`` returns its summary), add its wall time and peak RSS (and GPU memory),
+    and keep every stage's summary in ``stages_file``."""
+    import torch
+
+    from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
+
+    reset_peak_rss()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    stages[name] = trainer()
+    stages[name].update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
+    if torch.cuda.is_available():
+        stages[name]["note"] += f"; peak GPU memory {torch.cuda.max_memory_allocated() >> 20} MiB"
+    stages_file.write_text(json.dumps(stages, indent=2))
+    print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+
+
+def evaluate_kept(run: Path, name: str, evaluate_rows) -> list[dict]:
+    """``evaluate_rows(done)`` with the rows kept in ``RUN/evals/NAME.json`` (played again only where missing),
+    and the new ones kept there."""
+    cached = run / "evals" / f"{name}.json"
+    done = json.loads(cached.read_text()) if cached.is_file() else []
+    t0 = time.perf_counter()
+    rows = evaluate_rows(done)
+    if len(rows) > len(done):
+        cached.write_text(json.dumps(rows, indent=2))
+        print(f"{name}: evaluated in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return rows
 
 
 if __name__ == "__main__":

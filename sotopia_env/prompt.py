@@ -26,6 +26,7 @@ ACTION_HELP = {
 }
 
 
+MAX_LISTED_CHOICES = 12  # a negotiation's splits run to dozens: the prompt shows a few, the schema holds them all
 ADDRESSING = (
     ' To be heard by some of the others only, add a third key, "to": a list of their names; '
     "without it, everyone present hears you."
@@ -59,7 +60,9 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
         f"It is turn #{obs.turn}{phase} and your move, {obs.agent}. Choose one action: {', '.join(ranked)}."
     )
     if obs.choices:
-        user += f" The argument must be one of: {'; '.join(obs.choices)}."
+        shown = obs.choices if len(obs.choices) <= MAX_LISTED_CHOICES else obs.choices[:: len(obs.choices) // 4][:4]
+        more = "" if len(shown) == len(obs.choices) else f" (one of {len(obs.choices)} like these)"
+        user += f" The argument must be one of: {'; '.join(shown)}{more}."
 
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

@@ -146,8 +146,9 @@ def test_similarity_measure(library: Library) -> None:
     assert jaccard(a, a) == 1.0
     assert jaccard(a, shingles("Completely different words in this one here")) == 0.0
     assert 0 < jaccard(a, shingles("The quick brown fox sleeps under the lazy dog")) < DUPLICATE_THRESHOLD
-    # The threshold does not flag the hand-written library against itself.
-    texts = [(s.id, shingles(scenario_text(s))) for s in library.scenarios.values()]
+    # The threshold does not flag the hand-written library against itself (a game's instances share the game's
+    # text on purpose: they differ in seats, words and reserves).
+    texts = [(s.id, shingles(scenario_text(s))) for s in library.scenarios.values() if s.game is None]
     worst = max(jaccard(x, y) for i, (_, x) in enumerate(texts) for _, y in texts[i + 1 :])
     assert worst < DUPLICATE_THRESHOLD
 
