@@ -167,7 +167,7 @@ class SocialEnv(ParallelEnv):
         if self.game is not None:  # PettingZoo-style: which action types this agent may take now
             kinds, _ = self.game.options(agent)
             info["action_mask"] = np.array([a in kinds for a in ACTION_TYPES], dtype="int8")
-            info["phase"] = "" if self.game.over else self.game.phase.name
+            info["phase"] = self.game.phase_name
         return info
 
     def _announce(self, said: list[Announcement]) -> None:
@@ -208,8 +208,7 @@ class SocialEnv(ParallelEnv):
             available = list(ACTION_TYPES) if agent in self._acting else _NONE_ONLY
             return view.observe(self.turns, self.turn, available, recipients)
         kinds, choices = self.game.options(agent)
-        phase = "" if self.game.over else self.game.phase.name
-        return view.observe(self.turns, self.turn, kinds, recipients, phase, choices)
+        return view.observe(self.turns, self.turn, kinds, recipients, self.game.phase_name, choices)
 
     def _recipients(self, agent: str) -> list[str]:
         """Whom ``agent`` may address now: the others present, where there are two or more (a game: the living,
@@ -224,23 +223,28 @@ class SocialEnv(ParallelEnv):
     def _problem(self, agent: str, action: AgentAction) -> str | None:
         """Why ``action`` is not a valid move for ``agent`` now (an addressee absent, a game's rules), or None."""
         if action.to is not None:
-            allowed = self._recipients(agent) or [n for n in self.present if n != agent and self.game is None]
-            by_label = {v: k for k, v in self._views[self.possible_agents.index(agent)].labels.items()}
+            allowed = self._recipients(agent)
+            if not allowed and self.game is None:  # two present: the one other may be named too
+                allowed = [n for n in self.present if n != agent]
             if not action.to:
                 return "to: names nobody (leave it out to speak to everyone)"
             for who in action.to:
-                if by_label.get(who, who) not in allowed:
+                if self._true_name(agent, who) not in allowed:
                     shown = ", ".join(allowed) or "nobody in this phase"
                     return f"to: {who!r} is not someone you can address now (you can address: {shown})"
         if self.game is not None:
             return self.game.problem(agent, action)
         return None
 
+    def _true_name(self, agent: str, label: str) -> str:
+        """The name behind a label as ``agent`` knows it ("person 3" for a stranger); a name stays itself."""
+        labels = self._views[self.possible_agents.index(agent)].labels
+        return next((name for name, known_as in labels.items() if known_as == label), label)
+
     def _addressed(self, agent: str, action: AgentAction) -> tuple[AgentAction, list[str] | None]:
         """The action with ``to`` as true names, and who observes it (None: everyone)."""
         if action.to:
-            by_label = {v: k for k, v in self._views[self.possible_agents.index(agent)].labels.items()}
-            names = list(dict.fromkeys(by_label.get(w, w) for w in action.to))
+            names = list(dict.fromkeys(self._true_name(agent, w) for w in action.to))
             return action.model_copy(update={"to": names}), [agent, *names]
         return action, None if self.game is None else self.game.audience(agent)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.outcome import Announcement, GameOutcome
-from sotopia_env.games.rules import canonical, rules_for
+from sotopia_env.games.rules import canonical, rules_for, split_text
 from sotopia_env.games.spec import ALIVE, GameSpec, Phase, Role
 from sotopia_env.transcript import MODERATOR, Turn
 
@@ -42,6 +42,11 @@ class GameMaster:
     @property
     def phase(self) -> Phase:
         return self.spec.phases[self._phase]
+
+    @property
+    def phase_name(self) -> str:
+        """The phase being played; "" once the game is over."""
+        return "" if self.over else self.phase.name
 
     @property
     def over(self) -> bool:
@@ -79,7 +84,7 @@ class GameMaster:
         if phase.choices == "yes-no":
             return ["accept", "reject"]
         if phase.choices == "split":
-            return [f"{verb}{self._split_text(s)}" for s in self.rules.splits(self)]
+            return [f"{verb}{split_text(s)}" for s in self.rules.splits(self)]
         return [f"{verb}{n}" for n in self.targets(name, phase)]
 
     def targets(self, name: str, phase: Phase) -> list[str]:
@@ -125,7 +130,7 @@ class GameMaster:
         if self._queue:
             return []
         said = self.rules.resolve(self, self.phase, self._moves)
-        if self.phase.choices in ("alive", "alive-others") and self.phase.verb.startswith("vote"):
+        if self.phase.is_vote:
             self.votes += 1
         self._moves = {}
         return said + self._finish_or_continue()
@@ -133,11 +138,11 @@ class GameMaster:
     def picked(self, moves: dict[str, AgentAction]) -> dict[str, str]:
         """Player -> the player their choice names (abstentions and failed moves left out)."""
         out = {}
-        verb = f"{self.phase.verb} ".lower()
+        verb = self.phase.verb.lower()
         for name, action in moves.items():
             if action.error or action.action_type is not ActionType.action:
                 continue
-            target = canonical(action.argument).removeprefix(verb.strip()).strip()
+            target = canonical(action.argument).removeprefix(verb).strip()
             match = [n for n in self.names if n.lower() == target]
             if match:
                 out[name] = match[0]
@@ -167,16 +172,12 @@ class GameMaster:
             actors = self.actors(self.phase)
             if actors:
                 self._queue = actors * self.phase.rounds if self.phase.order == "round-robin" else actors
-                return [Announcement(self._phase_line(), None)]
+                return [Announcement(self._phase_line())]
         raise RuntimeError("no phase has a living actor")  # unreachable: the rules end a game first
 
     def _phase_line(self) -> str:
         who = ", ".join(dict.fromkeys(self._queue))
         return f"Round {self.cycle + 1}, {self.phase.name} phase: {who} to act."
-
-    @staticmethod
-    def _split_text(split: dict[str, int]) -> str:
-        return ", ".join(f"{n} {v}" for n, v in split.items())
 
 
 def replay(spec: GameSpec, names: list[str], turns: Iterable[Turn]) -> GameMaster:

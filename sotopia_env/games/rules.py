@@ -162,16 +162,11 @@ class Negotiation:
         self.deal: dict[str, int] | None = None
 
     def splits(self, gm: GameMaster) -> list[dict[str, int]]:
+        """Every split of the pot in tenths (steps of ``pot // 10``); the last seat's share takes any remainder."""
         pot = gm.spec.pot or 0
         step = max(1, pot // 10)
-        parts = pot // step
-        out = []
-        for cuts in itertools.combinations(range(parts + len(gm.names) - 1), len(gm.names) - 1):
-            shares = [b - a - 1 for a, b in zip((-1, *cuts), (*cuts, parts + len(gm.names) - 1), strict=True)]
-            out.append({n: s * step for n, s in zip(gm.names, shares, strict=True)})
-        for split in out:  # any rounding remainder goes to the proposer's last seat
-            split[gm.names[-1]] += pot - sum(split.values())
-        return out
+        heads = itertools.product(range(0, pot + 1, step), repeat=len(gm.names) - 1)
+        return [dict(zip(gm.names, (*head, pot - sum(head)), strict=True)) for head in heads if sum(head) <= pot]
 
     def resolve(self, gm: GameMaster, phase: Phase, moves: dict[str, AgentAction]) -> list[Announcement]:
         if phase.choices == "split":
@@ -179,8 +174,7 @@ class Negotiation:
             for name, action in moves.items():
                 self.proposal = self._parse(gm, action)
                 if self.proposal is not None:
-                    shares = ", ".join(f"{n} {v}" for n, v in self.proposal.items())
-                    return [Announcement(f"{name} proposes: {shares}.")]
+                    return [Announcement(f"{name} proposes: {split_text(self.proposal)}.")]
             return [Announcement("No valid proposal was made this round.")]
         if phase.choices == "yes-no":
             if self.proposal is None:
@@ -220,9 +214,14 @@ class Negotiation:
         verb = gm.phase.verb.lower()
         text = canonical(action.argument).removeprefix(verb).strip()
         for split in self.splits(gm):
-            if canonical(", ".join(f"{n} {v}" for n, v in split.items())) == text:
+            if canonical(split_text(split)) == text:
                 return split
         return None
+
+
+def split_text(split: dict[str, int]) -> str:
+    """A split as a proposal names it: ``Ana Ruiz 40, Bo Li 30, Cy Diaz 30``."""
+    return ", ".join(f"{name} {share}" for name, share in split.items())
 
 
 def canonical(text: str) -> str:

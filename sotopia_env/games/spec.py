@@ -82,6 +82,11 @@ class Phase(_Strict):
             raise ValueError("verb: a phase that names a player needs a verb ('vote for')")
         return self
 
+    @property
+    def is_vote(self) -> bool:
+        """A vote: a phase whose choices name players and whose verb starts with "vote" (the rules count these)."""
+        return self.choices in ("alive", "alive-others") and self.verb.startswith("vote")
+
 
 class GameSpec(_Strict):
     rules: RuleSet
@@ -130,7 +135,7 @@ def check_rules(spec: GameSpec) -> None:
             raise ValueError(f"seats: {spec.rules} needs a seat on team {villains!r}")
         if bad >= len(teams) - bad:
             raise ValueError(f"seats: {spec.rules} needs more other players than {villains} ({bad} of {len(teams)})")
-        if not any(p.choices in ("alive", "alive-others") and p.verb.startswith("vote") for p in spec.phases):
+        if not any(p.is_vote for p in spec.phases):
             raise ValueError(f"phases: {spec.rules} needs a vote phase (choices alive-others, verb 'vote for')")
     if spec.rules == "undercover" and any(not r.secret for r in spec.roles):
         raise ValueError("roles: every undercover role needs a secret word")
