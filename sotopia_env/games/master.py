@@ -176,8 +176,7 @@ class GameMaster:
         raise RuntimeError("no phase has a living actor")  # unreachable: the rules end a game first
 
     def _phase_line(self) -> str:
-        who = ", ".join(dict.fromkeys(self._queue))
-        return f"Round {self.cycle + 1}, {self.phase.name} phase: {who} to act."
+        return f"Round {self.cycle + 1}, {self.phase.name} phase."  # who acts is in each one's observation
 
 
 def replay(spec: GameSpec, names: list[str], turns: Iterable[Turn]) -> GameMaster:
