@@ -153,6 +153,8 @@ def benchmark(
     if json_out:
         import json
 
-        json_out.write_text(json.dumps(rep.to_dict() | {"roles": [r.to_dict() for r in roles]}, indent=2))
+        json_out.write_text(
+            json.dumps(rep.to_dict() | ({"roles": [r.to_dict() for r in roles]} if roles else {}), indent=2)
+        )
     if png:
         plot_report(rep, str(png))

@@ -211,7 +211,9 @@ def report(
     png: Path = typer.Option(None, "--png", help="Also draw a bar chart with 95% intervals here."),
     by_seat: bool = typer.Option(False, "--by-seat", help="Separate rows per seat (model@1, model@2)."),
 ) -> None:
-    """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0."""
+    """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0.
+    Games also get each role's win rate, with a Wilson 95% interval."""
+    from sotopia_env.episodes.game_report import print_role_table, role_win_rates
     from sotopia_env.episodes.report import build_report, plot_report, print_report
 
     check_output_file(json_out, "--json")
@@ -221,8 +223,13 @@ def report(
     if not rep.rows:
         raise fail(f"no episodes with tag {tag!r} in {st.url}")
     print_report(rep, console)
+    roles = role_win_rates(st.iter(tag))
+    if roles:
+        print_role_table(roles, console)
     if json_out:
-        json_out.write_text(json.dumps(rep.to_dict(), indent=2))
+        json_out.write_text(
+            json.dumps(rep.to_dict() | ({"roles": [r.to_dict() for r in roles]} if roles else {}), indent=2)
+        )
         console.print(f"wrote {json_out}")
     if png:
         plot_report(rep, str(png))
