@@ -97,3 +97,11 @@ def test_grpo_step_benchmark_runs_on_the_embedded_model(embedded_model_path: str
     assert "### episode-GRPO steps" in out and "load average" in out
     (row,) = [line for line in out.splitlines() if line.startswith("| this code")]
     assert float(row.split("|")[5]) > 0  # the rollouts took time: they ran
+
+
+@pytest.mark.model
+def test_game_rl_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
+    out = quick_run("game_rl.py")
+    assert "### Game RL: proposer in negotiation-hackathon-prize" in out and "load average" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| base", "| grpo"))]
+    assert len(rows) == 2 and all(line.split("|")[6].strip() == "0" for line in rows)  # every game rated

@@ -272,9 +272,7 @@ def test_cli_runs_a_game_with_one_spec_or_one_per_seat_and_benchmarks_roles(tmp_
     civilian, odd = roles[("undercover", "civilian")], roles[("undercover", "undercover")]
     assert (civilian["wins"], civilian["games"], odd["wins"], odd["games"]) == (12, 12, 0, 3)
     assert civilian["low"] == pytest.approx(0.757, abs=1e-3) and odd["high"] == pytest.approx(0.562, abs=1e-3)
-    result = runner.invoke(
-        app, ["report", "--tag", "benchmark-rule-player-vs-rule-player", "--store", store]
-    )
+    result = runner.invoke(app, ["report", "--tag", "benchmark-rule-player-vs-rule-player", "--store", store])
     assert result.exit_code == 0 and "game outcomes by role" in result.output and "12/12" in result.output
 
 
