@@ -21,7 +21,7 @@ from collections import Counter
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.errors import UserError
-from sotopia_env.games.spec import Role
+from sotopia_env.games.spec import WOLVES, Role
 from sotopia_env.observation import Observation
 from sotopia_env.transcript import MODERATOR
 
@@ -75,7 +75,7 @@ class RulePlayer:
         wolf = self.known_wolf(obs)
         if self.role.name == "seer" and wolf:
             return f"I am the seer: {wolf} is a werewolf. Vote for them."
-        if self.role.team == "wolves":
+        if self.role.team == WOLVES:
             return "I've been watching everyone, and I don't think we should rush our vote today."
         return "I have no proof yet; let's listen carefully and follow the evidence."
 
@@ -89,7 +89,7 @@ class RulePlayer:
             return next((c for c, n in named.items() if n == odd), obs.choices[0])
         first = obs.choices[0]
         verb, alive = first.removesuffix(named[first]).strip(), list(named.values())
-        if self.role is not None and self.role.team == "wolves":
+        if self.role is not None and self.role.team == WOLVES:
             seer, prey = self.claimed_seer(obs), [n for n in alive if n not in self.team]
             return f"{verb} {seer if seer in prey else prey[0]}"
         if verb == "inspect":

@@ -76,7 +76,7 @@ def benchmark(
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
-    from sotopia_env.episodes.game_report import print_role_table, role_win_rates
+    from sotopia_env.episodes.game_report import print_role_table, role_win_rates, with_roles
     from sotopia_env.episodes.jobs import versus_jobs
     from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
     from sotopia_env.episodes.report import build_report, plot_report, print_report
@@ -153,8 +153,6 @@ def benchmark(
     if json_out:
         import json
 
-        json_out.write_text(
-            json.dumps(rep.to_dict() | ({"roles": [r.to_dict() for r in roles]} if roles else {}), indent=2)
-        )
+        json_out.write_text(json.dumps(with_roles(rep.to_dict(), roles), indent=2))
     if png:
         plot_report(rep, str(png))

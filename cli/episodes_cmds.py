@@ -213,7 +213,7 @@ def report(
 ) -> None:
     """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0.
     Games also get each role's win rate, with a Wilson 95% interval."""
-    from sotopia_env.episodes.game_report import print_role_table, role_win_rates
+    from sotopia_env.episodes.game_report import print_role_table, role_win_rates, with_roles
     from sotopia_env.episodes.report import build_report, plot_report, print_report
 
     check_output_file(json_out, "--json")
@@ -227,9 +227,7 @@ def report(
     if roles:
         print_role_table(roles, console)
     if json_out:
-        json_out.write_text(
-            json.dumps(rep.to_dict() | ({"roles": [r.to_dict() for r in roles]} if roles else {}), indent=2)
-        )
+        json_out.write_text(json.dumps(with_roles(rep.to_dict(), roles), indent=2))
         console.print(f"wrote {json_out}")
     if png:
         plot_report(rep, str(png))

@@ -61,6 +61,11 @@ def role_win_rates(logs: Iterable[EpisodeLog]) -> list[RoleRow]:
     return rows
 
 
+def with_roles(report: dict, rows: list[RoleRow]) -> dict:
+    """A report's JSON with ``roles`` added, where there are game rows."""
+    return report | ({"roles": [r.to_dict() for r in rows]} if rows else {})
+
+
 def print_role_table(rows: list[RoleRow], console) -> None:
     from rich.table import Table
 

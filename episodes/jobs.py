@@ -39,10 +39,12 @@ def versus_jobs(
     A verifiable scenario once: ``model`` in seat 1, the learner's seat (seat 2 is the rule partner's)."""
     jobs: dict[str, Job] = {}
     for setup in sample_setups(scenarios, library, n, seed=seed):
-        seats = 1 if setup.scenario.verifiable else setup.scenario.num_agents
-        orders = [[partner] * k + [model] + [partner] * (seats - k - 1) for k in range(seats)]
-        if setup.scenario.verifiable:
-            orders = [[model, partner]]
+        seats = setup.scenario.num_agents
+        orders = (
+            [[model, partner]]
+            if setup.scenario.verifiable
+            else [[partner] * k + [model] + [partner] * (seats - k - 1) for k in range(seats)]
+        )
         for specs in orders:
             job = Job(setup, specs)
             jobs.setdefault(job.key, job)

@@ -36,15 +36,11 @@ class EpisodeSetup(BaseModel):
     def relationship_between(self, a: int, b: int) -> Relationship:
         """How the characters in seats ``a`` and ``b`` know each other: the relationships file's profile of the
         pair where there is one, else the scenario's (its matrix, or its one relationship)."""
-        if self.relationship is not None:
-            return self.relationship.relationship
-        ids = (self.characters[a].id, self.characters[b].id)
-        for profile in self.pair_relationships or []:
-            if profile.involves(*ids):
-                return profile.relationship
-        return self.scenario.relationship_at(a, b)
+        profile = self.profile_between(a, b)
+        return profile.relationship if profile is not None else self.scenario.relationship_at(a, b)
 
     def profile_between(self, a: int, b: int) -> RelationshipProfile | None:
+        """The relationships file's profile of the characters in seats ``a`` and ``b``, where it has one."""
         if self.relationship is not None:
             return self.relationship
         ids = (self.characters[a].id, self.characters[b].id)

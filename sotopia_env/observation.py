@@ -229,8 +229,8 @@ class SeatView:
         for t in turns[self._seen :]:
             if not t.seen_by(self.name):
                 continue  # a move addressed to others, or another team's channel: never observed
-            label = self.labels.get(t.agent, t.agent)
-            to = [self.labels.get(n, n) for n in t.action.to or ()]
+            label = self.labels[t.agent]
+            to = [self.labels[n] for n in t.action.to or ()]
             self._entries.append(
                 {
                     "turn": t.turn,
@@ -248,7 +248,7 @@ class SeatView:
             "background": self.background,
             "history": tuple(dict(e) for e in self._entries),  # copies: a caller may edit what it was given
             "available_actions": np.array([a in available for a in ACTION_TYPES], dtype="int8"),
-            "text": render_text(self._lines, self.background, turn, available, list(choices)),
+            "text": render_text(self._lines, self.background, turn, available, choices),
             "recipients": tuple(recipients),
             "phase": phase,
             "choices": tuple(choices),
