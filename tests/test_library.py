@@ -31,6 +31,11 @@ def test_builtin_library_size_and_coverage(library):
     many = library.select("multi-party")
     assert len([s for s in many if s.game is None]) >= 3 and all(3 <= len(s.goals) <= 8 for s in many)
     assert {s.game.rules for s in library.select("game")} == {"werewolf", "undercover", "negotiation"}
+    games = library.select("game")
+    assert all("verifiable" in s.tags for s in games)  # judged exactly, so tagged verifiable too ...
+    assert library.select("game:verifiable") == games
+    for selector in ("verifiable", "verifiable:train", "verifiable:test"):  # ... yet the two-seat family stays apart
+        assert all(s.game is None and s.verifiable is not None for s in library.select(selector)), selector
     assert any("<extra_info>" in g or "<strategy_hint>" in g for s in library.scenarios.values() for g in s.goals)
 
 
