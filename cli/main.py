@@ -12,6 +12,7 @@ from sotopia_env.cli.eval_cmds import eval_app
 from sotopia_env.cli.library_cmds import characters_app, scenarios_app
 from sotopia_env.cli.models_cmds import models_app
 from sotopia_env.cli.run_cmd import run
+from sotopia_env.cli.serve_cmd import serve
 from sotopia_env.cli.train_cmds import train_app
 from sotopia_env.cli.view_cmd import view
 from sotopia_env.errors import UserError
@@ -43,6 +44,7 @@ app.command("report")(report)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(train_app, name="train")
 app.command("view")(view)
+app.command("serve")(serve)
 app.add_typer(eval_app, name="eval")
 
 

@@ -9,6 +9,8 @@ Keys, under a configurable prefix (default ``sotopia``):
 - ``<p>:combo:<tag>``: hash ``<status>:<combo_key>`` -> how many episodes of that combo have that status;
 - ``<p>:tags``: hash ``tag`` -> how many episodes carry it;
 - ``<p>:claim:<tag>:<combo_key>``: the driver playing that combo now, a lease with a time-to-live.
+- ``<p>:queue:<name>``: hash id -> body of the requests recorded in a queue, and ``<p>:queue-order:<name>``
+  the same ids scored by when they were first recorded.
 
 The two hashes hold counts rather than a single value so that replacing or
 deleting an episode keeps them exact. Every write is one MULTI/EXEC
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
@@ -285,6 +288,28 @@ class RedisStore:
 
     def _release(self, name: str, owner: str) -> None:
         self._redis.eval(_RELEASE, 1, name, owner)
+
+    # -- the request queue: accepted work that must survive a restart ---------------------------------
+
+    def queue_put(self, queue: str, item_id: str, body: str) -> None:
+        with self._guard():
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hset(self._key("queue", queue), item_id, body)
+            pipe.zadd(self._key("queue-order", queue), {item_id: time.time()}, nx=True)
+            pipe.execute()
+
+    def queue_items(self, queue: str) -> dict[str, str]:
+        with self._guard():
+            ids = self._redis.zrange(self._key("queue-order", queue), 0, -1)
+            bodies = self._redis.hmget(self._key("queue", queue), ids) if ids else []
+        return {i: b for i, b in zip(ids, bodies, strict=True) if b is not None}
+
+    def queue_drop(self, queue: str, item_id: str) -> None:
+        with self._guard():
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hdel(self._key("queue", queue), item_id)
+            pipe.zrem(self._key("queue-order", queue), item_id)
+            pipe.execute()
 
     # -- reading ------------------------------------------------------------------------------------
 

@@ -50,6 +50,13 @@ CREATE TABLE IF NOT EXISTS episode_models (
     PRIMARY KEY (episode_id, seat)
 );
 CREATE INDEX IF NOT EXISTS episode_models_model ON episode_models (model, episode_id);
+CREATE TABLE IF NOT EXISTS queue (
+    name TEXT NOT NULL,
+    id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_ts REAL NOT NULL,
+    PRIMARY KEY (name, id)
+);
 CREATE TABLE IF NOT EXISTS claims (
     tag TEXT NOT NULL,
     combo_key TEXT NOT NULL,
@@ -265,6 +272,24 @@ class SQLiteStore:
         """Drop ``owner``'s lease on ``key`` (another driver's is left alone)."""
         with self._guard("release a claim in"), self._write() as conn:
             conn.execute("DELETE FROM claims WHERE tag = ? AND combo_key = ? AND owner = ?", (tag, key, owner))
+
+    # -- the request queue: accepted work that must survive a restart ---------------------------------
+
+    def queue_put(self, queue: str, item_id: str, body: str) -> None:
+        with self._guard("queue a request in"), self._write() as conn:
+            conn.execute(
+                "INSERT INTO queue (name, id, body, created_ts) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name, id) DO UPDATE SET body = excluded.body",
+                (queue, item_id, body, time.time()),
+            )
+
+    def queue_items(self, queue: str) -> dict[str, str]:
+        rows = self._select("SELECT id, body FROM queue WHERE name = ? ORDER BY created_ts, id", [queue])
+        return {item_id: body for item_id, body in rows}
+
+    def queue_drop(self, queue: str, item_id: str) -> None:
+        with self._guard("drop a request from"), self._write() as conn:
+            conn.execute("DELETE FROM queue WHERE name = ? AND id = ?", (queue, item_id))
 
     # -- reading ------------------------------------------------------------------------------------
 

@@ -129,6 +129,16 @@ class EpisodeStore(Protocol):
     def release_claim(self, tag: str, key: str, owner: str) -> None:
         """Drop ``owner``'s lease on ``key``; another owner's is left alone."""
 
+    def queue_put(self, queue: str, item_id: str, body: str) -> None:
+        """Record a request durably in ``queue`` (the server's accepted simulations); the same id replaces
+        the body and keeps its place."""
+
+    def queue_items(self, queue: str) -> dict[str, str]:
+        """The requests still recorded in ``queue``, id -> body, oldest first."""
+
+    def queue_drop(self, queue: str, item_id: str) -> None:
+        """Forget a request (done or cancelled); an absent id is no error."""
+
     def delete(self, episode_id: str) -> None: ...
 
     def tags(self) -> list[str]: ...

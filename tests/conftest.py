@@ -140,3 +140,49 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         initializer_range=0.2,
     )  # fmt: skip
     return path
+
+
+# -- headless Chromium for the browser tests (Debian's chromium, or $CHROMIUM; never Playwright's download) ----
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = chromium_path()
+    if path is None:
+        pytest.skip("headless Chromium not found (apt-get install chromium, or set $CHROMIUM): browser test skipped")
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(chromium):
+    """A page of headless Chromium (system Chromium driven by the ``playwright`` package); skips without them."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the browser test needs the 'playwright' package (pip install playwright)"
+    )
+    with sync_api.sync_playwright() as p:
+        try:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
+        except sync_api.Error as exc:
+            pytest.skip(f"headless Chromium at {chromium} would not start: {str(exc).splitlines()[0]}")
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()

@@ -39,7 +39,7 @@ def create_app(store: EpisodeStore | str | None = None, *, warm: bool = False, m
     app.state.viewer, app.state.store, app.state.index = v, st, v.index
     app.include_router(router)
     app.middleware("http")(read_only)
-    _error_pages(app, v)
+    add_error_pages(app, v)
     if warm:
         v.reports.warm()
     return app
@@ -56,7 +56,7 @@ async def read_only(request: Request, call_next: Callable[[Request], Awaitable[R
     return response
 
 
-def _error_pages(app: FastAPI, v: Viewer) -> None:
+def add_error_pages(app: FastAPI, v: Viewer) -> None:
     """Errors as JSON ``{"detail": ...}`` under /api/ (and for the PNG), as an HTML page elsewhere."""
 
     def answer(request: Request, status: int, message: str) -> Response:

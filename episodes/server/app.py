@@ -1,0 +1,101 @@
+"""``create_server``: the one FastAPI app behind ``sotopia-env serve``.
+
+It holds the viewer's pages and JSON (``/``, ``/episodes/{id}``, ``/report``, ``/api/episodes``, ``/api/report``),
+the library (``/api/scenarios``, ``/api/characters``, ``/api/models``), simulations (``/api/simulations``, a
+WebSocket stream each, human seats), the live and play pages, and ``/api/health``. Every route and the WebSocket
+pass ``security.Gate`` (token, body size, CSP). At start it resumes the simulations the store still has queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from sotopia_env.episodes.server import library_routes, pages, simulation_routes
+from sotopia_env.episodes.server.browser_seat import DEFAULT_TURN_TIMEOUT
+from sotopia_env.episodes.server.security import DEFAULT_MAX_BODY, Gate
+from sotopia_env.episodes.server.simulations import Simulations
+from sotopia_env.episodes.store import EpisodeStore, open_store
+from sotopia_env.episodes.viewer.app import add_error_pages
+from sotopia_env.episodes.viewer.context import Viewer
+from sotopia_env.episodes.viewer.routes import router as viewer_router
+from sotopia_env.library import load_library
+
+
+def default_library_dir() -> Path:
+    """Where posted scenarios and characters are kept (and read back at the next start)."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("sotopia-env")) / "library"
+
+
+def create_server(
+    store: EpisodeStore | str | None = None,
+    *,
+    token: str | None = None,
+    concurrency: int = 8,
+    api_base: str | None = None,
+    allow_code_agents: bool = False,
+    library_dir: Path | None = None,
+    scenarios_dir: list[Path] | None = None,
+    turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
+    max_per_client: int = 64,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+) -> Any:
+    """The server's ASGI app (FastAPI behind the gate); ``.app`` is the FastAPI app itself."""
+    st = store if store is not None and not isinstance(store, str) else open_store(store)
+    folder = library_dir or default_library_dir()
+    extra = [*(scenarios_dir or []), *([folder] if folder.exists() else [])]
+    sims = Simulations(
+        st,
+        load_library(extra),
+        concurrency=concurrency,
+        api_base=api_base,
+        allow_code_agents=allow_code_agents,
+        turn_timeout_s=turn_timeout_s,
+        max_per_client=max_per_client,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        resumed = await sims.resume()
+        app.state.resumed = resumed
+        try:
+            yield
+        finally:
+            await sims.close()
+
+    from sotopia_env import __version__
+
+    app = FastAPI(
+        title="sotopia-env server",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+        lifespan=lifespan,
+    )
+    viewer = Viewer.over(st)
+    app.state.viewer, app.state.store, app.state.index = viewer, st, viewer.index
+    app.state.simulations, app.state.library_dir, app.state.templates = sims, folder, pages.server_templates()
+    app.include_router(simulation_routes.router)
+    app.include_router(library_routes.router)
+    app.include_router(pages.router)
+    app.include_router(viewer_router)
+    add_error_pages(app, viewer)
+
+    @app.get("/api/health", tags=["server"], summary="Liveness, the store, and how many simulations are in flight")
+    async def health(request: Request) -> dict[str, Any]:
+        await asyncio.to_thread(st.ping)
+        counts: dict[str, int] = {}
+        for sim in sims.live.values():
+            counts[sim.status] = counts.get(sim.status, 0) + 1
+        return {"status": "ok", "version": __version__, "store": st.url, "simulations": counts}
+
+    gated = Gate(app, token=token, max_body_bytes=max_body_bytes)
+    return gated

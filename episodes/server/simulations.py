@@ -1,0 +1,282 @@
+"""The server's simulations: a durable queue in the store, one task per simulation, and the events it streams.
+
+A ``202`` is a promise, so an accepted request is written to the store's queue (``queue_put``) before it is
+answered, and dropped only once its episode is stored (or it is cancelled). At start the server takes up every
+request still queued: one whose episode is already stored (the server died between storing and dropping) is only
+dropped; the others run. Each runs under a claim in the store (``episodes.claims``, key = the simulation id), and
+its episode is stored under the id ``sim-<id>``: after a ``kill -9`` and a restart, or with two servers on one
+store, each accepted simulation is stored exactly once.
+
+Every simulation plays through ``runner.run_episode``, the one play -> rate -> store path. Its events (each
+turn, then the rating, then the end) are kept in memory for viewers that join late, and fanned out to the
+WebSocket viewers attached now. A finished simulation that is no longer in memory is read back from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sotopia_env.agents.base import Agent
+from sotopia_env.agents.loading import load_agent
+from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.claims import Claims, supports_claims
+from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.episodes.runner import Job, run_episode
+from sotopia_env.episodes.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
+from sotopia_env.episodes.server.requests import HUMAN, Plan, SimulationRequest, plan
+from sotopia_env.episodes.store import EpisodeStore
+from sotopia_env.episodes.store_writer import StoreWriter
+from sotopia_env.evaluator_spec import make_evaluator
+from sotopia_env.library import Library
+from sotopia_env.transcript import Turn
+
+QUEUE = "simulations"
+CLAIM_TAG = "__simulations__"  # claims only: no episode is stored under it
+# As `run`: greedy with a repetition penalty and a sampled retry of a repeated turn.
+CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
+Status = Literal["queued", "running", "done", "failed", "cancelled"]
+Event = dict[str, Any]
+
+
+def episode_id_of(simulation_id: str) -> str:
+    return f"sim-{simulation_id}"
+
+
+def turn_event(turn: Turn) -> Event:
+    return {"type": "turn", "turn": turn.model_dump(mode="json")}
+
+
+def closing_events(log: EpisodeLog) -> list[Event]:
+    """The rating, then the end: what follows the turns of a finished simulation."""
+    rating = log.rating.model_dump(mode="json") if log.rating is not None else None
+    end = {"type": "end", "status": "done", "episode_id": log.id, "episode_status": log.status, "error": log.error}
+    return [{"type": "rating", "rating": rating}, end]
+
+
+def events_of(log: EpisodeLog) -> list[Event]:
+    """A stored simulation's whole stream, as a viewer attached from the start would have received it."""
+    return [turn_event(t) for t in log.turns] + closing_events(log)
+
+
+@dataclass
+class Simulation:
+    id: str
+    request: SimulationRequest
+    plan: Plan
+    client: str = ""
+    status: Status = "queued"
+    created: float = field(default_factory=time.time)
+    events: list[Event] = field(default_factory=list)
+    listeners: set[asyncio.Queue[Event]] = field(default_factory=set)
+    seats: dict[str, BrowserSeat] = field(default_factory=dict)  # human seats, by agent name
+    task: asyncio.Task[None] | None = None
+    episode_status: str | None = None
+    error: str | None = None
+
+    @property
+    def episode_id(self) -> str:
+        return episode_id_of(self.id)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("done", "failed", "cancelled")
+
+    def publish(self, event: Event) -> None:
+        self.events.append(event)
+        for queue in self.listeners:
+            queue.put_nowait(event)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "scenario": self.plan.setup.scenario.id,
+            "agents": dict(zip(self.plan.setup.agent_names, self.plan.specs, strict=True)),
+            "evaluator": self.plan.evaluator,
+            "tag": self.request.tag,
+            "turns": sum(e["type"] == "turn" for e in self.events),
+            "episode_id": self.episode_id,
+            "episode_status": self.episode_status,
+            "human_seats": {name: f"/simulations/{self.id}/play/{name}" for name in self.plan.human_seats},
+            "error": self.error,
+        }
+
+
+class Simulations:
+    """Accepts, queues, runs, streams and cancels simulations; ``concurrency`` of them play at once."""
+
+    def __init__(
+        self,
+        store: EpisodeStore,
+        library: Library,
+        *,
+        concurrency: int = 8,
+        api_base: str | None = None,
+        allow_code_agents: bool = False,
+        turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
+        max_per_client: int = 64,
+    ) -> None:
+        self.store, self.library = store, library
+        self.api_base, self.allow_code_agents = api_base, allow_code_agents
+        self.turn_timeout_s, self.max_per_client = turn_timeout_s, max_per_client
+        self.slot = asyncio.Semaphore(max(1, concurrency))
+        self.live: dict[str, Simulation] = {}
+        self.dropped: dict[str, str] = {}  # queued simulations that could not be run again, with the reason
+        self.claims = Claims(store, CLAIM_TAG) if supports_claims(store) else None
+        self._renewing: contextlib.AbstractAsyncContextManager[Any] | None = None
+
+    # -- accepting --------------------------------------------------------------------------------
+
+    def active_of(self, client: str) -> int:
+        return Counter(s.client for s in self.live.values() if not s.ended)[client]
+
+    async def submit(self, request: SimulationRequest, client: str = "") -> Simulation:
+        """Check, record durably, then start; ``RequestRefused`` (one line) for a request it will not run."""
+        chosen = plan(request, self.library, self.allow_code_agents)
+        sim = Simulation(uuid.uuid4().hex[:16], request, chosen, client)
+        body = json.dumps({"request": request.model_dump(mode="json"), "client": client, "created": sim.created})
+        await asyncio.to_thread(self.store.queue_put, QUEUE, sim.id, body)
+        self._start(sim)
+        return sim
+
+    async def resume(self) -> list[str]:
+        """Take up what the store still has queued (a restart, a crash): returns the ids started again."""
+        if self.claims is not None and self._renewing is None:
+            self._renewing = self.claims.kept_alive()
+            await self._renewing.__aenter__()
+        queued = await asyncio.to_thread(self.store.queue_items, QUEUE)
+        started = []
+        for sim_id, body in queued.items():
+            if sim_id in self.live:
+                continue
+            data = json.loads(body)
+            request = SimulationRequest.model_validate(data["request"])
+            try:
+                chosen = plan(request, self.library, allow_code_agents=True)  # it was accepted once
+            except ValueError as exc:  # its scenario left the library meanwhile, say
+                await asyncio.to_thread(self.store.queue_drop, QUEUE, sim_id)
+                self.dropped[sim_id] = f"cannot run after a restart: {exc}"
+                continue
+            sim = Simulation(sim_id, request, chosen, data.get("client", ""), created=data.get("created", time.time()))
+            self._start(sim)
+            started.append(sim_id)
+        return started
+
+    def _start(self, sim: Simulation) -> None:
+        sim.seats = {name: BrowserSeat(self.turn_timeout_s) for name in sim.plan.human_seats}
+        self.live[sim.id] = sim
+        sim.task = asyncio.create_task(self._run(sim), name=f"simulation {sim.id}")
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def _agents(self, sim: Simulation) -> list[Agent]:
+        settings = GenerationSettings(seed=sim.request.seed, **CHAT_SETTINGS)
+        api_base = sim.request.api_base or self.api_base
+        return [
+            sim.seats[name] if spec == HUMAN else load_agent(spec, settings=settings, api_base=api_base)
+            for name, spec in zip(sim.plan.setup.agent_names, sim.plan.specs, strict=True)
+        ]
+
+    async def _stored(self, sim: Simulation) -> EpisodeLog | None:
+        try:
+            return await asyncio.to_thread(self.store.get, sim.episode_id)
+        except KeyError:
+            return None
+
+    async def _run(self, sim: Simulation) -> None:
+        claim = self.claims.of(sim.id, None) if self.claims is not None else None
+        async with self.slot:
+            while claim is not None and not await claim.take():  # another server plays it: wait for it
+                if await self._stored(sim) is not None:
+                    break
+                await asyncio.sleep(self.claims.poll_seconds if self.claims else 1.0)
+            try:
+                log = await self._stored(sim)  # stored before a crash: not played again
+                if log is None:
+                    sim.status = "running"
+                    log = await self._play(sim)
+                rating, end = closing_events(log)
+                sim.publish(rating)
+                sim.status, sim.episode_status, sim.error = "done", log.status, log.error
+                sim.publish(end)
+                await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
+            except Exception as exc:  # the store refused the episode (it was spilled to a file), say
+                sim.status, sim.error = "failed", f"{type(exc).__name__}: {exc}"
+                sim.publish(
+                    {"type": "end", "status": "failed", "episode_id": None, "episode_status": None, "error": sim.error}
+                )
+            finally:
+                if claim is not None:
+                    await claim.release()
+
+    async def _play(self, sim: Simulation) -> EpisodeLog:
+        request = sim.request
+        api_base = request.api_base or self.api_base
+        job = Job(sim.plan.setup, sim.plan.specs, seed=request.seed, episode_id=sim.episode_id)
+        writer = StoreWriter(self.store, request.tag)
+        try:
+            judge = make_evaluator(sim.plan.evaluator, request.dimensions, api_base)
+            agents: Any = self._agents(sim)
+        except Exception as exc:  # a spec that cannot be built: the episode fails with the reason, as in a batch
+            judge, agents = None, _raising(exc)
+        log = await run_episode(
+            job,
+            judge,
+            writer,
+            agents=agents,
+            tag=request.tag,
+            config=EnvConfig(max_turns=request.max_turns),
+            on_turn=lambda turn: sim.publish(turn_event(turn)),
+        )
+        assert log is not None
+        await asyncio.to_thread(writer.finish)
+        return log
+
+    # -- reading and cancelling ----------------------------------------------------------------------
+
+    async def find(self, sim_id: str) -> Simulation | EpisodeLog | None:
+        """The live simulation, else its stored episode (a simulation finished before a restart), else None."""
+        if sim_id in self.live:
+            return self.live[sim_id]
+        try:
+            return await asyncio.to_thread(self.store.get, episode_id_of(sim_id))
+        except KeyError:
+            return None
+
+    async def cancel(self, sim_id: str) -> Simulation | None:
+        sim = self.live.get(sim_id)
+        if sim is None or sim.ended:
+            return sim
+        if sim.task is not None:
+            sim.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sim.task
+        await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
+        sim.status = "cancelled"
+        sim.publish({"type": "end", "status": "cancelled", "episode_id": None, "episode_status": None, "error": None})
+        return sim
+
+    async def close(self) -> None:
+        """Stop every task; what is still queued stays in the store and runs at the next start."""
+        tasks = [s.task for s in self.live.values() if s.task is not None and not s.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._renewing is not None:
+            await self._renewing.__aexit__(None, None, None)
+            self._renewing = None
+
+
+def _raising(exc: Exception):
+    def factory(spec: str, seat: int) -> Agent:
+        raise exc
+
+    return factory

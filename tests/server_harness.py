@@ -1,0 +1,83 @@
+"""Helpers for the server's tests: the server on a free loopback port (in a thread, or as a ``sotopia-env serve``
+process), a scripted model server for its agents, and waiting for a simulation to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+from conftest import free_port
+from loopback_openai import LoopbackOpenAI, Reply
+
+SPEAK = '{"action_type": "speak", "argument": "Could we split it evenly?"}'
+
+
+@contextmanager
+def scripted_models(delay_s: float = 0.0) -> Iterator[LoopbackOpenAI]:
+    """A model server whose every reply is one spoken line (after ``delay_s``)."""
+    with LoopbackOpenAI(lambda body: Reply(SPEAK, delay_s=delay_s)) as srv:
+        yield srv
+
+
+@contextmanager
+def server_thread(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=20)
+
+
+def serve_process(port: int, store: str, *extra: str, log: Any = None) -> subprocess.Popen:
+    """``sotopia-env serve`` as its own process, answering /api/health on return."""
+    cmd = [
+        sys.executable,
+        "-c",
+        "from sotopia_env.cli.main import app; app()",
+        "serve",
+        "--port",
+        str(port),
+        "--store",
+        store,
+        *extra,
+    ]
+    process = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"sotopia-env serve exited with {process.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("sotopia-env serve did not answer within 60 s")
+
+
+def wait_until_ended(client: httpx.Client, sim_id: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = client.get(f"/api/simulations/{sim_id}").json()
+        if status["status"] in ("done", "failed", "cancelled"):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"simulation {sim_id} did not end within {timeout_s} s: {status}")

@@ -1,0 +1,184 @@
+"""``sotopia-env serve``: REST with a real client, the WebSocket stream against the stored episode, human seats,
+the token, limits, and exactly-once across a ``kill -9``. Agents are a scripted model server on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the 'view' extra (fastapi)")
+pytest.importorskip("uvicorn", reason="the server needs the 'view' extra (uvicorn)")
+ws_client = pytest.importorskip("websockets.sync.client", reason="the server's streams need 'websockets'")
+
+import httpx  # noqa: E402
+from conftest import free_port  # noqa: E402
+from server_harness import SPEAK, scripted_models, serve_process, server_thread, wait_until_ended  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from sotopia_env.cli.main import app as cli  # noqa: E402
+from sotopia_env.episodes.server import create_server  # noqa: E402
+from sotopia_env.episodes.server.simulations import QUEUE  # noqa: E402
+from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
+
+SCENARIO = "accommodation-drum-practice"
+SPOKEN = json.loads(SPEAK)["argument"]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(f"sqlite:///{tmp_path / 'episodes.db'}")
+
+
+def simulation(models, **over) -> dict:
+    body = {"scenario": SCENARIO, "agents": ["loopback"], "evaluator": "rule-based", "max_turns": 6, "seed": 3}
+    return {**body, "api_base": models.base_url, **over}
+
+
+def stream(base: str, sim_id: str, token: str | None = None) -> list[dict]:
+    url = base.replace("http://", "ws://") + f"/api/simulations/{sim_id}/stream"
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    with ws_client.connect(url, additional_headers=headers, open_timeout=10) as ws:
+        events = []
+        for raw in ws:
+            events.append(json.loads(raw))
+        return events
+
+
+def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -> None:
+    library_dir = tmp_path / "library"
+    with scripted_models() as models, server_thread(create_server(store, library_dir=library_dir)) as base:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            health = client.get("/api/health").json()
+            assert health["status"] == "ok" and health["store"] == store.url
+            assert "smollm2-135m" in [m["alias"] for m in client.get("/api/models").json()["embedded"]]
+            games = client.get("/api/scenarios", params={"tag": "werewolf", "split": "test"}).json()
+            assert len(games) == 3 and all(g["seats"] == 6 for g in games)
+            assert client.get(f"/api/scenarios/{SCENARIO}").json()["id"] == SCENARIO
+            assert client.get("/api/scenarios/nope").status_code == 404
+
+            entry = client.get(f"/api/scenarios/{SCENARIO}").json() | {"id": "my-drums", "codename": "my_drums"}
+            bad = client.post("/api/scenarios", json=entry | {"goals": ["only one goal"]})
+            assert bad.status_code == 422 and bad.json()["detail"].startswith("field 'goals'")
+            assert "\n" not in bad.json()["detail"]
+            assert client.post("/api/scenarios", json=entry).status_code == 201
+            assert client.post("/api/scenarios", json=entry).status_code == 422  # a duplicate id, as in YAML
+            assert (library_dir / "scenarios" / "my-drums.yaml").exists()
+            assert client.get("/api/scenarios/my-drums").json()["goals"] == entry["goals"]
+            character = client.get("/api/characters").json()[0] | {"id": "new-person"}
+            assert client.post("/api/characters", json=character).status_code == 201
+            assert client.post("/api/characters", json=character | {"age": 500}).status_code == 422
+
+            started = client.post("/api/simulations", json=simulation(models, scenario="my-drums"))
+            assert started.status_code == 202, started.text
+            sim_id = started.json()["id"]
+            assert started.headers["location"] == f"/api/simulations/{sim_id}"
+            done = wait_until_ended(client, sim_id)
+            assert done["status"] == "done" and done["episode_status"] == "rated"
+            episode = client.get(f"/api/episodes/{done['episode_id']}").json()["episode"]
+            assert episode["setup"]["scenario"]["id"] == "my-drums" and len(episode["turns"]) == 6
+            assert client.get(f"/simulations/{sim_id}").status_code == 200  # the live page, once ended
+            assert client.get("/docs").status_code == 200 and "/api/simulations" in client.get("/docs").text
+            assert store.queue_items(QUEUE) == {}
+
+            refused = client.post("/api/simulations", json=simulation(models, agents=["os:system"]))
+            assert refused.status_code == 422 and "would load code" in refused.json()["detail"]
+            wrong = client.post("/api/simulations", json=simulation(models, agents=["loopback"] * 3))
+            assert wrong.status_code == 422 and wrong.json()["detail"].startswith("agents: 3 specs for 2 seats")
+            assert client.post("/api/simulations", json={"scenario": SCENARIO, "api_key": "x"}).status_code == 422
+
+
+def test_the_stream_equals_the_stored_episode_for_every_viewer_late_or_not(store) -> None:
+    with scripted_models(delay_s=0.05) as models, server_thread(create_server(store)) as base:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            sim_id = client.post("/api/simulations", json=simulation(models, max_turns=8)).json()["id"]
+            first = stream(base, sim_id)  # attached while it runs
+            late = stream(base, sim_id)  # attached after the end
+            status = client.get(f"/api/simulations/{sim_id}").json()
+    stored = store.get(status["episode_id"])
+    turns = [e["turn"] for e in first if e["type"] == "turn"]
+    assert turns == [t.model_dump(mode="json") for t in stored.turns] and len(turns) == 8
+    assert [e["type"] for e in first][-2:] == ["rating", "end"]
+    assert first[-2]["rating"] == stored.rating.model_dump(mode="json")
+    assert late == first
+
+
+def test_a_token_guards_every_route_and_a_public_bind_needs_one(store) -> None:
+    with server_thread(create_server(store, token="s3cret")) as base:
+        assert httpx.get(f"{base}/api/health").status_code == 401
+        assert httpx.get(f"{base}/").status_code == 401
+        assert httpx.get(f"{base}/api/health", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(f"{base}/api/health", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        with pytest.raises(Exception, match="401"):
+            stream(base, "anything")
+        page = httpx.get(f"{base}/?token=s3cret")  # a browser's first visit: the token becomes a cookie
+        assert page.status_code == 200 and "HttpOnly" in page.headers["set-cookie"]
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "access-control-allow-origin" not in page.headers
+    result = CliRunner().invoke(
+        cli, ["serve", "--host", "0.0.0.0", "--store", store.url], env={"SOTOPIA_ENV_TOKEN": ""}
+    )
+    assert result.exit_code == 1 and "refusing to listen on 0.0.0.0 without a token" in result.output
+
+
+def test_limits_body_size_and_simulations_per_client(store) -> None:
+    app = create_server(store, max_per_client=1, max_body_bytes=2000, turn_timeout_s=30)
+    with server_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        assert client.post("/api/scenarios", content=b"x" * 5000).status_code == 413
+        human = {"scenario": SCENARIO, "agents": ["human"], "evaluator": "none"}
+        assert client.post("/api/simulations", json=human).status_code == 202
+        assert client.post("/api/simulations", json=human).status_code == 429
+
+
+def test_a_silent_human_seat_gets_none_and_a_move_is_checked(store) -> None:
+    app = create_server(store, turn_timeout_s=0.5)
+    with scripted_models() as models, server_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        sim = client.post("/api/simulations", json=simulation(models, agents=["human", "loopback"], max_turns=4))
+        sim_id, name = sim.json()["id"], next(iter(sim.json()["human_seats"]))
+        seat = f"/api/simulations/{sim_id}/seats/{name}"
+        deadline = time.monotonic() + 20
+        while not client.get(seat).json()["your_turn"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        bad = client.post(seat, json={"action_type": "speak", "argument": "hi", "to": ["Nobody Here"]})
+        assert bad.status_code == 422 and bad.json()["detail"].startswith("to: 'Nobody Here'")
+        done = wait_until_ended(client, sim_id)
+        assert client.post(seat, json={"action_type": "speak", "argument": "late"}).status_code in (404, 409)
+    stored = store.get(done["episode_id"])
+    human_turns = [t for t in stored.turns if t.agent == name]
+    assert human_turns and all(t.action.action_type.value == "none" for t in human_turns)
+    assert any(t.action.argument == SPOKEN for t in stored.turns if t.agent != name)
+
+
+def test_kill_9_mid_simulation_then_restart_completes_it_exactly_once(tmp_path) -> None:
+    db = f"sqlite:///{tmp_path / 'episodes.db'}"
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    with scripted_models(delay_s=0.25) as models:
+        process = serve_process(port, db, "--library-dir", str(tmp_path / "lib"), log=log)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            body = simulation(models, max_turns=12, tag="crash")
+            sim_id = httpx.post(f"{base}/api/simulations", json=body, timeout=30).json()["id"]
+            deadline = time.monotonic() + 30
+            while httpx.get(f"{base}/api/simulations/{sim_id}", timeout=5).json()["turns"] < 3:
+                assert time.monotonic() < deadline, "no turns were played"
+                time.sleep(0.05)
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+            assert list(SQLiteStore(db).queue_items(QUEUE)) == [sim_id]  # the promise survived
+            assert SQLiteStore(db).count(tag="crash") == 0
+            process = serve_process(port, db, "--library-dir", str(tmp_path / "lib"), log=log)
+            with httpx.Client(base_url=base, timeout=30) as client:
+                done = wait_until_ended(client, sim_id, timeout_s=60)
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+    final = SQLiteStore(db)
+    assert done["status"] == "done"
+    assert [e.id for e in final.query(tag="crash")] == [f"sim-{sim_id}"]
+    assert len(final.get(f"sim-{sim_id}").turns) == 12
+    assert final.queue_items(QUEUE) == {}
