@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,15 @@ ws_client = pytest.importorskip("websockets.sync.client", reason="the server's s
 import httpx  # noqa: E402
 from conftest import free_port  # noqa: E402
 from server_harness import SPEAK, scripted_models, serve_process, server_thread, wait_until_ended  # noqa: E402
+from test_stores import redis_url  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from sotopia_env.cli.main import app as cli  # noqa: E402
+from sotopia_env.episodes.redis_store import RedisStore  # noqa: E402
 from sotopia_env.episodes.server import create_server  # noqa: E402
 from sotopia_env.episodes.server.simulations import QUEUE  # noqa: E402
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
+from sotopia_env.episodes.store import EpisodeStore  # noqa: E402
 
 SCENARIO = "accommodation-drum-practice"
 SPOKEN = json.loads(SPEAK)["argument"]
@@ -32,6 +37,18 @@ SPOKEN = json.loads(SPEAK)["argument"]
 @pytest.fixture
 def store(tmp_path: Path) -> SQLiteStore:
     return SQLiteStore(f"sqlite:///{tmp_path / 'episodes.db'}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
+    if request.param == "sqlite":
+        yield SQLiteStore(f"sqlite:///{tmp_path / 'episodes.db'}")
+        return
+    redis_store = RedisStore(redis_url(), prefix=f"sotopia-test-{uuid.uuid4().hex[:12]}")
+    try:
+        yield redis_store
+    finally:
+        redis_store.clear()
 
 
 def simulation(models, **over) -> dict:
@@ -92,7 +109,8 @@ def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -
             assert client.post("/api/simulations", json={"scenario": SCENARIO, "api_key": "x"}).status_code == 422
 
 
-def test_the_stream_equals_the_stored_episode_for_every_viewer_late_or_not(store) -> None:
+def test_the_stream_equals_the_stored_episode_for_every_viewer_late_or_not(either_store) -> None:
+    store = either_store
     with scripted_models(delay_s=0.05) as models, server_thread(create_server(store)) as base:
         with httpx.Client(base_url=base, timeout=30) as client:
             sim_id = client.post("/api/simulations", json=simulation(models, max_turns=8)).json()["id"]
@@ -104,7 +122,7 @@ def test_the_stream_equals_the_stored_episode_for_every_viewer_late_or_not(store
     assert turns == [t.model_dump(mode="json") for t in stored.turns] and len(turns) == 8
     assert [e["type"] for e in first][-2:] == ["rating", "end"]
     assert first[-2]["rating"] == stored.rating.model_dump(mode="json")
-    assert late == first
+    assert late == first and all(0 < e["at"] <= time.time() for e in first if e["type"] == "turn")
 
 
 def test_a_token_guards_every_route_and_a_public_bind_needs_one(store) -> None:
@@ -182,3 +200,20 @@ def test_kill_9_mid_simulation_then_restart_completes_it_exactly_once(tmp_path) 
     assert [e.id for e in final.query(tag="crash")] == [f"sim-{sim_id}"]
     assert len(final.get(f"sim-{sim_id}").turns) == 12
     assert final.queue_items(QUEUE) == {}
+
+
+def test_a_benchmark_over_http_reports_progress_then_what_the_cli_reports(store) -> None:
+    body = {"model": "rule-player", "partner": "rule-player", "evaluator": "verifiable", "scenarios": "werewolf:test"}
+    with server_thread(create_server(store)) as base, httpx.Client(base_url=base, timeout=30) as client:
+        assert client.post("/api/benchmarks", json=body | {"model": "os:system"}).status_code == 422
+        started = client.post("/api/benchmarks", json=body | {"tag": "bench"})
+        assert started.status_code == 202, started.text
+        bench = started.json()
+        deadline = time.monotonic() + 120
+        while bench["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            bench = client.get(f"/api/benchmarks/{bench['id']}").json()
+    assert bench["status"] == "done" and bench["finished"] == bench["episodes"] == 3  # model == partner: once each
+    assert store.count(tag="bench") == 3 and store.queue_items("benchmarks") == {}
+    wolves = [r for r in bench["report"]["roles"] if r["role"] == "werewolf"]
+    assert wolves and all(r["wins"] == r["games"] for r in wolves)  # rule players: the wolves always win

@@ -213,6 +213,20 @@ def test_delete(store: EpisodeStore, mixed: list[EpisodeLog]) -> None:
         store.delete(gone.id)
 
 
+def test_request_queue_keeps_order_replaces_by_id_and_forgets(store: EpisodeStore) -> None:
+    store.queue_put("simulations", "b", '{"n": 1}')
+    store.queue_put("simulations", "a", '{"n": 2}')
+    store.queue_put("other", "a", "elsewhere")
+    store.queue_put("simulations", "b", '{"n": 3}')  # the same id: new body, same place
+    assert store.queue_items("simulations") == {"b": '{"n": 3}', "a": '{"n": 2}'}
+    assert list(store.queue_items("simulations")) == ["b", "a"]
+    store.queue_drop("simulations", "b")
+    store.queue_drop("simulations", "never-there")
+    assert store.queue_items("simulations") == {"a": '{"n": 2}'}
+    assert store.queue_items("other") == {"a": "elsewhere"}
+    assert store.count() == 0  # requests are not episodes
+
+
 def test_tags(store: EpisodeStore, mixed: list[EpisodeLog]) -> None:
     assert store.tags() == ["a", "b"]
     only = make_episode(50, tag="solo")

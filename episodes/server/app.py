@@ -1,9 +1,10 @@
 """``create_server``: the one FastAPI app behind ``sotopia-env serve``.
 
 It holds the viewer's pages and JSON (``/``, ``/episodes/{id}``, ``/report``, ``/api/episodes``, ``/api/report``),
-the library (``/api/scenarios``, ``/api/characters``, ``/api/models``), simulations (``/api/simulations``, a
-WebSocket stream each, human seats), the live and play pages, and ``/api/health``. Every route and the WebSocket
-pass ``security.Gate`` (token, body size, CSP). At start it resumes the simulations the store still has queued.
+the library (``/api/scenarios``, ``/api/characters``, ``/api/models``), benchmarks (``/api/benchmarks``),
+simulations (``/api/simulations``, a WebSocket stream each, human seats), the live and play pages, and
+``/api/health``. Every route and the WebSocket pass ``security.Gate`` (token, body size, CSP). At start it
+resumes the simulations and benchmarks the store still has queued.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from sotopia_env.episodes.server import library_routes, pages, simulation_routes
+from sotopia_env.episodes.server import benchmarks, library_routes, pages, simulation_routes
 from sotopia_env.episodes.server.browser_seat import DEFAULT_TURN_TIMEOUT
 from sotopia_env.episodes.server.security import DEFAULT_MAX_BODY, Gate
 from sotopia_env.episodes.server.simulations import Simulations
@@ -63,11 +64,11 @@ def create_server(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        resumed = await sims.resume()
-        app.state.resumed = resumed
+        app.state.resumed = await sims.resume() + await benchmarks.resume_benchmarks(app)
         try:
             yield
         finally:
+            await benchmarks.stop_benchmarks(app)
             await sims.close()
 
     from sotopia_env import __version__
@@ -83,8 +84,10 @@ def create_server(
     viewer = Viewer.over(st)
     app.state.viewer, app.state.store, app.state.index = viewer, st, viewer.index
     app.state.simulations, app.state.library_dir, app.state.templates = sims, folder, pages.server_templates()
+    app.state.benchmarks = {}
     app.include_router(simulation_routes.router)
     app.include_router(library_routes.router)
+    app.include_router(benchmarks.router)
     app.include_router(pages.router)
     app.include_router(viewer_router)
     add_error_pages(app, viewer)

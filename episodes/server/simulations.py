@@ -50,8 +50,11 @@ def episode_id_of(simulation_id: str) -> str:
     return f"sim-{simulation_id}"
 
 
-def turn_event(turn: Turn) -> Event:
-    return {"type": "turn", "turn": turn.model_dump(mode="json")}
+def turn_event(turn: Turn, at: float | None = None) -> Event:
+    """A turn as streamed: the stored turn's JSON, and ``at``, when it was played (Unix seconds; absent when it is
+    read back from the store)."""
+    event: Event = {"type": "turn", "turn": turn.model_dump(mode="json")}
+    return event if at is None else event | {"at": at}
 
 
 def closing_events(log: EpisodeLog) -> list[Event]:
@@ -234,7 +237,7 @@ class Simulations:
             agents=agents,
             tag=request.tag,
             config=EnvConfig(max_turns=request.max_turns),
-            on_turn=lambda turn: sim.publish(turn_event(turn)),
+            on_turn=lambda turn: sim.publish(turn_event(turn, time.time())),
         )
         assert log is not None
         await asyncio.to_thread(writer.finish)
