@@ -76,4 +76,7 @@ def serve(
         "(Ctrl-C to stop)",
         highlight=False,
     )
+    from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
+
+    tune_gc_for_batch()  # a server is a long batch: the imports frozen, young collections less often
     uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets-sansio")

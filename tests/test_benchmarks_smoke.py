@@ -8,6 +8,7 @@ so it never installs sotopia from a test and runs our side only.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -25,6 +26,8 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "startup.py": ([], ["wall time of a fresh process", "python -X importtime"]),
     "scale.py": ([], ["episodes per minute through sotopia-env benchmark"]),
 }
+if all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn", "websockets")):  # the server's 'view' extra
+    SCRIPTS["server.py"] = ([], ["episodes per minute through the API with viewers attached, vs the CLI"])
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ and closes. A viewer that joins late gets the turns so far first; any number may
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, WebSocket, WebSocketDisconnect
@@ -160,6 +159,4 @@ async def seat_move(request: Request, sim_id: str, name: str) -> dict[str, Any]:
         seat.submit(action)
     except ValueError as exc:
         raise HTTPException(409 if "not this seat's turn" in str(exc) else 422, str(exc)) from None
-    with contextlib.suppress(Exception):
-        await asyncio.sleep(0)  # let the episode take the move before the page asks again
     return {"accepted": True}

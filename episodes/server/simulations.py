@@ -22,6 +22,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 from sotopia_env.agents.base import Agent
 from sotopia_env.agents.loading import load_agent
@@ -42,6 +43,7 @@ QUEUE = "simulations"
 CLAIM_TAG = "__simulations__"  # claims only: no episode is stored under it
 # As `run`: greedy with a repetition penalty and a sampled retry of a repeated turn.
 CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
+MAX_ENDED_IN_MEMORY = 1000  # ended simulations kept for late viewers; older ones are read back from the store
 Status = Literal["queued", "running", "done", "failed", "cancelled"]
 Event = dict[str, Any]
 
@@ -108,7 +110,7 @@ class Simulation:
             "turns": sum(e["type"] == "turn" for e in self.events),
             "episode_id": self.episode_id,
             "episode_status": self.episode_status,
-            "human_seats": {name: f"/simulations/{self.id}/play/{name}" for name in self.plan.human_seats},
+            "human_seats": {name: f"/simulations/{self.id}/play/{quote(name)}" for name in self.plan.human_seats},
             "error": self.error,
         }
 
@@ -175,8 +177,15 @@ class Simulations:
 
     def _start(self, sim: Simulation) -> None:
         sim.seats = {name: BrowserSeat(self.turn_timeout_s) for name in sim.plan.human_seats}
+        self._forget_old()
         self.live[sim.id] = sim
         sim.task = asyncio.create_task(self._run(sim), name=f"simulation {sim.id}")
+
+    def _forget_old(self) -> None:
+        """Keep at most ``MAX_ENDED_IN_MEMORY`` ended simulations (the oldest go: their episodes are stored)."""
+        ended = [s for s in self.live.values() if s.ended and not s.listeners]
+        for sim in sorted(ended, key=lambda s: s.created)[: max(0, len(ended) - MAX_ENDED_IN_MEMORY)]:
+            del self.live[sim.id]
 
     # -- running ----------------------------------------------------------------------------------
 
