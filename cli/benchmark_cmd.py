@@ -66,21 +66,31 @@ def benchmark(
     ray_workers: int = RayWorkers,
     ray_gpus_per_worker: float = RayGpus,
     ray_pin_endpoints: bool = RayPinEndpoints,
+    protocol: str = typer.Option(
+        None,
+        "--protocol",
+        help="SOTOPIA's published protocol: sotopia-hard (its 14 hard scenarios) or sotopia-all (all 90), 5 "
+        "character pairs each, MODEL in both seats, 20 turns, all seven dimensions; on SOTOPIA episodes imported "
+        "with 'episodes import PATH --format sotopia'. Fixes --scenarios, --episodes-per-scenario, --max-turns "
+        "and --dimensions.",
+    ),
 ) -> None:
     """Run MODEL against PARTNER on every chosen scenario, MODEL in each seat in turn with PARTNER in the others
     (verifiable scenarios: MODEL in seat 1 only); resumable under its tag. On games (--scenarios game, with
     --partner rule-player and --evaluator verifiable) it also reports each role's win rate, with a Wilson 95%
-    interval."""
+    interval. The protocol card of the results is printed and stored in --json as "cards"."""
     from sotopia_env.agents.loading import AgentSpecError
     from sotopia_env.agents.rule_partners import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
+    from sotopia_env.cli.render import show_cards
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.game_report import print_role_table, role_win_rates, with_roles
-    from sotopia_env.episodes.jobs import versus_jobs
+    from sotopia_env.episodes.jobs import setup_versus_jobs, versus_jobs
     from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
     from sotopia_env.episodes.report import build_report, plot_report, print_report
     from sotopia_env.episodes.runner import default_agent_factory, run_batch
+    from sotopia_env.episodes.sotopia_protocol import get_protocol, protocol_setups
     from sotopia_env.episodes.store import StoreError, default_store_url
     from sotopia_env.errors import UserError
     from sotopia_env.evaluator_spec import make_evaluator
@@ -91,17 +101,32 @@ def benchmark(
     check_output_file(json_out, "--json")
     check_output_file(png, "--png")
     st = open_store_or_fail(store, writable=True)
-    lib = library(scenarios_dir)
     with user_errors(LibraryError, NoEligibleCharacters, AgentSpecError, ValueError):
-        chosen = lib.select(scenarios)
-        if not chosen:
-            raise ValueError(f"--scenarios {scenarios!r} selects no scenario")
+        if protocol is not None:
+            spec = get_protocol(protocol)
+            fixed = {
+                "--scenarios": scenarios != "test",
+                "--episodes-per-scenario": episodes_per_scenario != 1,
+                "--max-turns": max_turns != spec.max_turns,
+                "--dimensions": dimensions != spec.dimensions,
+                "--scenarios-dir": bool(scenarios_dir),
+            }
+            if any(fixed.values()):
+                raise ValueError(f"--protocol {protocol} fixes {', '.join(k for k, v in fixed.items() if v)}")
+            setups = protocol_setups(st, spec)
+            chosen = list({s.scenario.id: s.scenario for s in setups}.values())
+            jobs = setup_versus_jobs(setups, model, partner)
+        else:
+            lib = library(scenarios_dir)
+            chosen = lib.select(scenarios)
+            if not chosen:
+                raise ValueError(f"--scenarios {scenarios!r} selects no scenario")
+            jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
         check_rule_specs(chosen, ["", partner], evaluator)
-        jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
         make_judge = partial(make_evaluator, evaluator, dimensions, api_base_value(api_base))
         dimensions_from_config(dimensions)  # checked here; with --ray every worker builds its own judge
         judge = make_judge() if ray is None else None
-    tag = tag or f"benchmark-{model}-vs-{partner}"
+    tag = tag or f"benchmark-{f'{protocol}-' if protocol else ''}{model}-vs-{partner}"
     settings = GenerationSettings(seed=seed)
     make_agents = partial(default_agent_factory, settings=settings, api_base=api_base_value(api_base))
     config = EnvConfig(max_turns=max_turns)
@@ -147,12 +172,13 @@ def benchmark(
     with user_errors(StoreError):
         rep = build_report(st.iter(tag), tag=tag)
         roles = role_win_rates(st.iter(tag)) if any(s.game is not None for s in chosen) else []
+        cards = show_cards(st.iter(tag), console, tag)
     print_report(rep, console)
     if roles:
         print_role_table(roles, console)
     if json_out:
         import json
 
-        json_out.write_text(json.dumps(with_roles(rep.to_dict(), roles), indent=2))
+        json_out.write_text(json.dumps(with_roles(rep.to_dict(), roles) | cards, indent=2))
     if png:
         plot_report(rep, str(png))

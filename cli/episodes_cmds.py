@@ -212,7 +212,9 @@ def report(
     by_seat: bool = typer.Option(False, "--by-seat", help="Separate rows per seat (model@1, model@2)."),
 ) -> None:
     """Per model and dimension: mean, 95% t-interval and n; unrated and failed episodes counted, never as 0.
-    Games also get each role's win rate, with a Wilson 95% interval."""
+    Games also get each role's win rate, with a Wilson 95% interval. The protocol card (scenario set, judge and its
+    prompt hash, dimensions, seeds, turns, version) is printed first, and stored in --json as "cards"."""
+    from sotopia_env.cli.render import show_cards
     from sotopia_env.episodes.game_report import print_role_table, role_win_rates, with_roles
     from sotopia_env.episodes.report import build_report, plot_report, print_report
 
@@ -222,12 +224,13 @@ def report(
     rep = build_report(st.iter(tag), tag=tag, group_by_seat=by_seat)
     if not rep.rows:
         raise fail(f"no episodes with tag {tag!r} in {st.url}")
+    cards = show_cards(st.iter(tag), console, tag)
     print_report(rep, console)
     roles = role_win_rates(st.iter(tag))
     if roles:
         print_role_table(roles, console)
     if json_out:
-        json_out.write_text(json.dumps(with_roles(rep.to_dict(), roles), indent=2))
+        json_out.write_text(json.dumps(with_roles(rep.to_dict(), roles) | cards, indent=2))
         console.print(f"wrote {json_out}")
     if png:
         plot_report(rep, str(png))

@@ -9,6 +9,7 @@ from sotopia_env.cli.benchmark_cmd import benchmark
 from sotopia_env.cli.common import fail
 from sotopia_env.cli.episodes_cmds import episodes_app, report
 from sotopia_env.cli.eval_cmds import eval_app
+from sotopia_env.cli.leaderboard_cmd import leaderboard
 from sotopia_env.cli.library_cmds import characters_app, scenarios_app
 from sotopia_env.cli.models_cmds import models_app
 from sotopia_env.cli.run_cmd import run
@@ -41,6 +42,7 @@ app.add_typer(models_app, name="models")
 app.command("run")(run)
 app.command("benchmark")(benchmark)
 app.command("report")(report)
+app.command("leaderboard")(leaderboard)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(train_app, name="train")
 app.command("view")(view)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from sotopia_env.episodes.log import EpisodeLog
+    from sotopia_env.episodes.protocol import ProtocolCard
 
 
 def ratings_table(log) -> Table:
@@ -17,3 +25,29 @@ def ratings_table(log) -> Table:
     if any(ratings[n].success is not None for n in names):  # judges that check an outcome (verifiable)
         table.add_row("success", *("-" if ratings[n].success is None else str(ratings[n].success) for n in names))
     return table
+
+
+def print_card(card: ProtocolCard, console: Console, title: str = "protocol card") -> None:
+    """A protocol card as a compact block of ``label  text`` lines (``ProtocolCard.summary``)."""
+    console.print(title, style="bold", markup=False, highlight=False)
+    for label, text in card.summary():
+        console.print(f"  {label:<10} {text}", highlight=False, markup=False)
+
+
+def show_cards(logs: Iterable[EpisodeLog], console: Console, tag: str | None) -> dict[str, Any]:
+    """Print the protocol card(s) of ``logs`` (a tag's episodes), and return them for ``--json``: ``{"cards": [...]}``.
+    A tag whose episodes were played or judged in more than one way has several, and says so."""
+    from sotopia_env.episodes.protocol import cards_of
+
+    cards = cards_of(logs)
+    for card in cards:
+        print_card(card, console)
+    if len(cards) > 1:
+        console.print(
+            f"tag {tag!r} mixes {len(cards)} protocol cards: its means pool them; "
+            f"'sotopia-env leaderboard --tag {tag}' keeps them apart",
+            style="yellow",
+            markup=False,
+            highlight=False,
+        )
+    return {"cards": [card.model_dump(mode="json") for card in cards]}

@@ -37,8 +37,13 @@ def versus_jobs(
     partner). With two seats: ``model`` in seat 1, then in seat 2.
 
     A verifiable scenario once: ``model`` in seat 1, the learner's seat (seat 2 is the rule partner's)."""
+    return setup_versus_jobs(sample_setups(scenarios, library, n, seed=seed), model, partner)
+
+
+def setup_versus_jobs(setups: Sequence[EpisodeSetup], model: str, partner: str) -> list[Job]:
+    """``versus_jobs`` on given setups (``benchmark --protocol``: the pairings a SOTOPIA import fixed)."""
     jobs: dict[str, Job] = {}
-    for setup in sample_setups(scenarios, library, n, seed=seed):
+    for setup in setups:
         seats = setup.scenario.num_agents
         orders = (
             [[model, partner]]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from sotopia_env.backends.base import Usage
 from sotopia_env.episode_setup import EpisodeSetup
@@ -24,6 +24,20 @@ class AgentSpec(BaseModel):
     name: str
     model: str
     agent_class: str
+
+
+class EpisodeProtocol(BaseModel):
+    """What an episode's result depends on besides its setup, agents and seed, recorded when it is played
+    (``episodes.runner.play``) and rated (``episodes.runner.rate``): its part of a protocol card
+    (``episodes.protocol``). None where not known (an episode stored before this record existed, or imported)."""
+
+    version: str | None = None  # the sotopia-env that played it
+    max_turns: int | None = None
+    stale_turns: int | None = None
+    max_agent_errors: int | None = None
+    judge: str | None = None  # the evaluator's name (``llm:MODEL``, ``verifiable``, ...)
+    judge_sha256: str | None = None  # its prompt template, or its rules (``episodes.protocol.judge_sha256``)
+    dimensions: list[str] | None = None  # the judge's dimensions
 
 
 def _now() -> str:
@@ -52,6 +66,14 @@ class EpisodeLog(BaseModel):
     usage: dict[str, Usage] = Field(default_factory=dict)  # per seat name, and "evaluator"
     created_at: str = Field(default_factory=_now)
     wall_seconds: float = 0.0
+    protocol: EpisodeProtocol | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # an episode without a protocol record stores as it did before the record existed
+        if data.get("protocol") is None:
+            data.pop("protocol", None)
+        return data
 
     @property
     def scenario_id(self) -> str:

@@ -11,6 +11,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sotopia_env.episodes.log import EpisodeLog
 
@@ -55,16 +56,18 @@ class Report:
     rows: list[ModelRow]
 
     def to_dict(self) -> dict:
-        def clean(x):
-            if isinstance(x, float) and math.isnan(x):
-                return None
-            if isinstance(x, dict):
-                return {k: clean(v) for k, v in x.items()}
-            if isinstance(x, list):
-                return [clean(v) for v in x]
-            return x
+        return json_safe({"tag": self.tag, "dimensions": self.dimensions, "rows": [asdict(r) for r in self.rows]})
 
-        return clean({"tag": self.tag, "dimensions": self.dimensions, "rows": [asdict(r) for r in self.rows]})
+
+def json_safe(x: Any) -> Any:
+    """``x`` with every NaN (an interval of fewer than two values) as None, for JSON."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [json_safe(v) for v in x]
+    return x
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ def _half_width(cell: Cell) -> str:
     return "" if math.isnan(cell.low) else f" ±{(cell.high - cell.low) / 2:.2f}"
 
 
-def _fmt(cell: Cell | None, with_n: bool = True) -> str:
+def format_cell(cell: Cell | None, with_n: bool = True) -> str:
+    """``mean ±half-width (n=N)``; '-' for no cell."""
     if cell is None:
         return "-"
     n = f" (n={cell.n})" if with_n else ""
@@ -137,7 +141,7 @@ def wide_table(report: Report, title: str | None = None):
     for row in report.rows:
         table.add_row(
             row.model,
-            *(_fmt(row.cells.get(d)) for d in report.dimensions),
+            *(format_cell(row.cells.get(d)) for d in report.dimensions),
             str(row.rated),
             str(row.unrated),
             str(row.failed),
@@ -154,7 +158,7 @@ def tall_table(report: Report, rows: list[ModelRow] | None = None, title: str | 
     for row in rows:
         table.add_column(row.model, justify="right", overflow="fold")
     for dim in report.dimensions:
-        table.add_row(dim, *(_fmt(r.cells.get(dim), with_n=_n_differs(r)) for r in rows))
+        table.add_row(dim, *(format_cell(r.cells.get(dim), with_n=_n_differs(r)) for r in rows))
     table.add_section()
     for label in ("rated", "unrated", "failed"):
         table.add_row(label, *(str(getattr(r, label)) for r in rows))

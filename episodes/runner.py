@@ -33,6 +33,7 @@ from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.claims import DEFAULT_LEASE_SECONDS, Claims, ComboClaim, supports_claims
 from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
+from sotopia_env.episodes.protocol import judged_by, played_under
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
@@ -135,7 +136,7 @@ async def _play_job(
         seats = [factory(s, i) for i, s in enumerate(job.agent_specs)] if callable(factory) else list(factory)
         log = await play(job.setup, seats, None, config, job.agent_specs, tag, job.repeat, on_turn, job.seed)
     except Exception as exc:
-        log = _failed_log(job, tag, exc, started)
+        log = _failed_log(job, tag, exc, started, config or EnvConfig())
     if job.episode_id:
         log.id = job.episode_id
     return log
@@ -189,13 +190,19 @@ async def play(
         agent_errors=dict(env.errors),
         usage={name: _usage_of(agent) for name, agent in by_name.items()},
         wall_seconds=round(time.perf_counter() - started, 3),
+        protocol=played_under(env.config),
     )
     return await rate(log, evaluator)
 
 
 async def rate(log: EpisodeLog, evaluator: Evaluator | None) -> EpisodeLog:
-    """Step 2: the evaluator's rating, in place. No evaluator, or a failed episode (nothing to rate): unchanged."""
-    if evaluator is None or log.status == "failed":
+    """Step 2: the evaluator's rating, in place, and the judge's part of the episode's protocol record. No
+    evaluator: unchanged; a failed episode (nothing to rate) gets only the judge's record, so that it stays on its
+    batch's protocol card."""
+    if evaluator is None:
+        return log
+    log.protocol = judged_by(log.protocol, evaluator)
+    if log.status == "failed":
         return log
     context = EpisodeContext(setup=log.setup, turns=log.turns, termination_reason=log.termination_reason or "")
     rating = await aevaluate_safely(evaluator, context)
@@ -221,7 +228,7 @@ class BatchSummary:
     wall_seconds: float = 0.0
 
 
-def _failed_log(job: Job, tag: str, exc: BaseException, started: float) -> EpisodeLog:
+def _failed_log(job: Job, tag: str, exc: BaseException, started: float, config: EnvConfig) -> EpisodeLog:
     return EpisodeLog(
         tag=tag,
         combo_key=job.key,
@@ -230,10 +237,12 @@ def _failed_log(job: Job, tag: str, exc: BaseException, started: float) -> Episo
             AgentSpec(name=n, model=s, agent_class="?")
             for n, s in zip(job.setup.agent_names, job.agent_specs, strict=False)
         ],
+        action_order=config.action_order,
         seed=job.seed,
         status="failed",
         error=f"{type(exc).__name__}: {exc}",
         wall_seconds=round(time.perf_counter() - started, 3),
+        protocol=played_under(config),
     )
 
 

@@ -7,7 +7,8 @@ so that they run offline and fast:
 - network models reach a loopback OpenAI-compatible server: ``OPENAI_BASE_URL`` points litellm's hosted models
   at it, and the README's example server URL ``http://localhost:8000/v1`` is replaced by its URL;
 - ``human`` reads piped stdin;
-- ``run`` gets ``--max-turns 2``; ``view`` gets a free ``--port`` and is stopped once it serves its first page;
+- ``run`` gets ``--max-turns 2``; ``view`` and ``serve`` get a free ``--port`` and are stopped once they serve their
+  first page;
 - the episode store and the working folder are temporary.
 
 A README edit that breaks an example turns this test red.
@@ -97,7 +98,7 @@ def run_line(line: str, folder: Path, server: LoopbackOpenAI) -> str:
 
 
 def serve_once(line: str, folder: Path, server: LoopbackOpenAI) -> str:
-    """Start ``view`` on a free port, fetch its first page, stop it."""
+    """Start ``view`` or ``serve`` on a free port, fetch its first page, stop it."""
     port = free_port()
     process = subprocess.Popen(
         shlex.split(runnable(line, server)) + ["--port", str(port)], cwd=folder, env=environment(folder, server),
@@ -121,7 +122,7 @@ def serve_once(line: str, folder: Path, server: LoopbackOpenAI) -> str:
 def run_section(section: str, folder: Path, server: LoopbackOpenAI) -> list[str]:
     outputs = []
     for line in shell_lines(section):
-        if shlex.split(line)[:2] == ["sotopia-env", "view"]:
+        if shlex.split(line)[:2] in (["sotopia-env", "view"], ["sotopia-env", "serve"]):
             outputs.append(serve_once(line, folder, server))
         else:
             outputs.append(run_line(line, folder, server))

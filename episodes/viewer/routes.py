@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
+from sotopia_env.episodes.leaderboard import leaderboard
 from sotopia_env.episodes.log import STATUSES
 from sotopia_env.episodes.viewer import episode as ep
 from sotopia_env.episodes.viewer.context import SPLITS, Viewer, viewer
@@ -117,6 +118,19 @@ def report_png(tag: str | None = None, by_seat: bool = False, v: Viewer = Depend
     if png is None:
         raise HTTPException(404, "no rated episodes to plot" + (f" with tag {tag!r}" if tag else ""))
     return Response(png, media_type="image/png", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/leaderboard", response_class=HTMLResponse, summary="Leaderboard: models ranked per protocol card")
+def leaderboard_page(tag: str | None = None, v: Viewer = Depends(viewer)) -> HTMLResponse:
+    tag = tag or None
+    boards = leaderboard(v.store, [tag] if tag else None)
+    params = {"tag": tag} if tag else {}
+    return v.html("leaderboard.html", boards=boards, tag=tag, tags=v.facets()["tags"], params=params)
+
+
+@router.get("/api/leaderboard", summary="Leaderboard (JSON), as written by 'sotopia-env leaderboard --json'")
+def leaderboard_json(tag: str | None = None, v: Viewer = Depends(viewer)) -> dict[str, Any]:
+    return {"boards": [b.to_dict() for b in leaderboard(v.store, [tag] if tag else None)]}
 
 
 @router.get("/api/facets", summary="Filter values: tags, models, scenarios, splits, dimensions")

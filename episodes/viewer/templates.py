@@ -68,6 +68,7 @@ BASE = """<!doctype html>
 <title>{% block title %}{% endblock %} · sotopia-env</title>
 <style>{{ css | safe }}</style></head>
 <body><header><a class="brand" href="/">sotopia-env</a><a href="/">Episodes</a><a href="/report">Report</a>
+<a href="/leaderboard">Leaderboard</a>
 <span class="muted small">{{ store_url }}</span></header>
 <main>{% block main %}{% endblock %}</main></body></html>
 """
@@ -181,7 +182,13 @@ EPISODE = """{% extends "base.html" %}{% block title %}Episode {{ log.id }}{% en
 {% endblock %}
 """
 
-REPORT = """{% extends "base.html" %}{% block title %}Report{% endblock %}{% block main %}
+MACROS = """{% macro cell(c) %}<td class="num">{% if c %}{{ c.mean | fixed }}
+{% if c.low == c.low %}<div class="muted small">[{{ c.low | fixed }}, {{ c.high | fixed }}]</div>{% endif %}
+<div class="muted small">n={{ c.n }}</div>{% else %}–{% endif %}</td>{% endmacro %}
+"""
+
+REPORT = """{% extends "base.html" %}{% from "macros.html" import cell %}
+{% block title %}Report{% endblock %}{% block main %}
 <h1>Report{% if tag is not none %}: {{ tag }}{% else %}: all tags{% endif %}</h1>
 <form class="filters" method="get" action="/report">
 <label>tag<select name="tag"><option value="">all tags</option>
@@ -196,13 +203,41 @@ counts once; unrated and failed episodes are counted, never averaged as 0.
 {% for d in report.dimensions %}<th class="num dim">{{ d }}</th>{% endfor %}
 <th class="num">episodes</th><th class="num">rated</th><th class="num">unrated</th><th class="num">failed</th>
 </tr></thead><tbody>{% for row in report.rows %}<tr><th>{{ row.model }}</th>
-{% for d in report.dimensions %}{% set c = row.cells.get(d) %}<td class="num">{% if c %}{{ c.mean | fixed }}
-{% if c.low == c.low %}<div class="muted small">[{{ c.low | fixed }}, {{ c.high | fixed }}]</div>{% endif %}
-<div class="muted small">n={{ c.n }}</div>{% else %}–{% endif %}</td>{% endfor %}
+{% for d in report.dimensions %}{{ cell(row.cells.get(d)) }}{% endfor %}
 <td class="num">{{ row.episodes }}</td><td class="num">{{ row.rated }}</td><td class="num">{{ row.unrated }}</td>
 <td class="num">{{ row.failed }}</td></tr>{% endfor %}</tbody></table></div>
 {% if report.dimensions %}<img class="chart" alt="bar chart of the report" src="{{ url('/report.png', params) }}">
 {% endif %}{% else %}<p class="muted">No episodes{% if tag is not none %} with this tag{% endif %}.</p>{% endif %}
+{% endblock %}
+"""
+
+LEADERBOARD = """{% extends "base.html" %}{% from "macros.html" import cell %}
+{% block title %}Leaderboard{% endblock %}{% block main %}
+<h1>Leaderboard{% if tag is not none %}: {{ tag }}{% endif %}</h1>
+<form class="filters" method="get" action="/leaderboard">
+<label>tag<select name="tag"><option value="">all tags</option>
+{% for t in tags %}<option{% if t == tag %} selected{% endif %}>{{ t }}</option>{% endfor %}</select></label>
+<button type="submit">Show</button></form>
+<p class="muted small">One board per protocol card: models are ranked only against results measured the same way.
+SOTOPIA-EVAL: mean with its 95% t-interval and n. Won/lost outcomes: OpenSkill (Plackett-Luce), ranked by
+mu &minus; 3&sigma;. <a href="{{ url('/api/leaderboard', params) }}">JSON</a></p>
+{% for board in boards %}<section class="board">
+<h2>Card <code>{{ board.card.id }}</code> · {{ board.episodes }} episodes · {{ board.tags | join(", ") }}</h2>
+<div class="card"><dl class="small">{% for label, text in board.card.summary() %}<dt>{{ label }}</dt>
+<dd>{{ text }}</dd>{% endfor %}</dl></div>
+{% if board.skills %}<div class="scroll"><table class="skills"><thead><tr><th>#</th><th>model</th>
+<th class="num">ordinal</th><th class="num">mu</th><th class="num">sigma</th><th class="num">matches</th>
+<th class="num">won</th></tr></thead><tbody>{% for s in board.skills %}<tr><td>{{ loop.index }}</td>
+<th>{{ s.model }}</th><td class="num">{{ s.ordinal | fixed }}</td><td class="num">{{ s.mu | fixed }}</td>
+<td class="num">{{ s.sigma | fixed }}</td><td class="num">{{ s.matches }}</td><td class="num">{{ s.wins }}</td>
+</tr>{% endfor %}</tbody></table></div>{% endif %}
+{% if board.rows %}<div class="scroll"><table class="eval"><thead><tr><th>#</th><th>model</th>
+<th class="num">goal</th><th class="num">overall</th><th class="num">rated</th><th class="num">unrated</th>
+<th class="num">failed</th></tr></thead><tbody>{% for r in board.rows %}<tr><td>{{ loop.index }}</td>
+<th>{{ r.model }}</th>{{ cell(r.goal) }}{{ cell(r.overall) }}
+<td class="num">{{ r.rated }}</td><td class="num">{{ r.unrated }}</td><td class="num">{{ r.failed }}</td>
+</tr>{% endfor %}</tbody></table></div>{% endif %}
+</section>{% else %}<p class="muted">No episodes{% if tag is not none %} with this tag{% endif %}.</p>{% endfor %}
 {% endblock %}
 """
 
@@ -240,7 +275,15 @@ def url(path: str, params: dict[str, Any] | None = None) -> str:
 def environment() -> Environment:
     env = Environment(
         loader=DictLoader(
-            {"base.html": BASE, "list.html": LIST, "episode.html": EPISODE, "report.html": REPORT, "error.html": ERROR}
+            {
+                "base.html": BASE,
+                "list.html": LIST,
+                "episode.html": EPISODE,
+                "macros.html": MACROS,
+                "report.html": REPORT,
+                "leaderboard.html": LEADERBOARD,
+                "error.html": ERROR,
+            }
         ),
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,
