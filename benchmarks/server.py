@@ -268,37 +268,12 @@ async def drive_api(
 
 
 def serve(port: int, store_path: str, concurrency: int, max_per_client: int, log: Any) -> subprocess.Popen[bytes]:
-    """``sotopia-env serve`` as its own process, answering /api/health on return."""
-    import httpx
+    """``sotopia-env serve`` as its own process (``tests/server_harness.serve_process``), answering /api/health."""
+    from server_harness import serve_process
 
-    cmd = [
-        sys.executable,
-        "-c",
-        "from sotopia_env.cli.main import app; app()",
-        "serve",
-        "--port",
-        str(port),
-        "--store",
-        store_path,
-        "--concurrency",
-        str(concurrency),
-        "--max-per-client",
-        str(max_per_client),
-        "--library-dir",
-        str(Path(store_path).parent / "library"),  # not the user's posted scenarios
-    ]
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"sotopia-env serve exited with {process.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("sotopia-env serve did not answer within 60 s")
+    library = str(Path(store_path).parent / "library")  # not the user's posted scenarios
+    options = ["--concurrency", str(concurrency), "--max-per-client", str(max_per_client), "--library-dir", library]
+    return serve_process(port, store_path, *options, log=log)
 
 
 def api_level(

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,11 +19,10 @@ ws_client = pytest.importorskip("websockets.sync.client", reason="the server's s
 import httpx  # noqa: E402
 from conftest import free_port  # noqa: E402
 from server_harness import SPEAK, scripted_models, serve_process, server_thread, wait_until_ended  # noqa: E402
-from test_stores import redis_url  # noqa: E402
+from test_stores import BOTH_STORES, fresh_store  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from sotopia_env.cli.main import app as cli  # noqa: E402
-from sotopia_env.episodes.redis_store import RedisStore  # noqa: E402
 from sotopia_env.episodes.server import create_server  # noqa: E402
 from sotopia_env.episodes.server.simulations import QUEUE  # noqa: E402
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
@@ -39,16 +37,10 @@ def store(tmp_path: Path) -> SQLiteStore:
     return SQLiteStore(f"sqlite:///{tmp_path / 'episodes.db'}")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=BOTH_STORES)
 def either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
-    if request.param == "sqlite":
-        yield SQLiteStore(f"sqlite:///{tmp_path / 'episodes.db'}")
-        return
-    redis_store = RedisStore(redis_url(), prefix=f"sotopia-test-{uuid.uuid4().hex[:12]}")
-    try:
-        yield redis_store
-    finally:
-        redis_store.clear()
+    with fresh_store(request.param, tmp_path) as st:
+        yield st
 
 
 def simulation(models, **over) -> dict:

@@ -7,6 +7,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,13 @@ def redis_url() -> str:
     return url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
-    if request.param == "sqlite":
+BOTH_STORES = ["sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+@contextmanager
+def fresh_store(kind: str, tmp_path: Path) -> Iterator[EpisodeStore]:
+    """An empty store of ``kind``: an SQLite file under ``tmp_path``, or a Redis prefix of its own (cleared after)."""
+    if kind == "sqlite":
         sqlite = SQLiteStore(f"sqlite:///{tmp_path}/store/episodes.db")
         yield sqlite
         sqlite.close()
@@ -41,6 +46,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeSto
     finally:
         redis_store.clear()
         redis_store.close()
+
+
+@pytest.fixture(params=BOTH_STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
+    with fresh_store(request.param, tmp_path) as st:
+        yield st
 
 
 def ids(logs: list[EpisodeLog]) -> list[str]:
