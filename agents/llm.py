@@ -8,6 +8,12 @@ from sotopia_env.backends.base import Backend, Completion, GenerationSettings
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt
 
+# The chat settings of interactive episodes (``run``, the server's simulations): greedy, with a penalty on tokens
+# the reply already used, and a sampled retry of a reply that repeats an earlier turn. A small model's sampled
+# words drift into nonsense or a walk-out, its greedy ones into loops (benchmarks/episode_quality.py measures the
+# default episode).
+CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
+
 
 class LLMAgent:
     """Prompts ``backend`` with ``render_prompt`` and parses the action JSON it returns.

@@ -109,12 +109,12 @@ def delay_cell(delays_ms: list[float]) -> str:
 
 def run_cli(bodies: list[dict[str, Any]], store_path: str, concurrency: int, tag: str) -> tuple[Any, float, float]:
     """``run_batch`` over the episodes ``bodies`` describe; (summary, wall seconds, CPU seconds)."""
+    from sotopia_env.agents.llm import CHAT_SETTINGS
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.backends.resolve import release_backends
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
     from sotopia_env.episodes.server.requests import SimulationRequest, plan
-    from sotopia_env.episodes.server.simulations import CHAT_SETTINGS
     from sotopia_env.episodes.sqlite_store import SQLiteStore
     from sotopia_env.evaluator_spec import make_evaluator
     from sotopia_env.library import load_library

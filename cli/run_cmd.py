@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from sotopia_env.agents.llm import CHAT_SETTINGS
 from sotopia_env.cli.common import console, fail, user_errors
 from sotopia_env.cli.options import (
     AgentsPath,
@@ -27,10 +28,6 @@ from sotopia_env.cli.options import (
 
 DEFAULT_MODEL = "smollm2-135m"
 VERIFIABLE = "verifiable"
-# Greedy, with a penalty on tokens the reply already used, and a sampled retry of a reply that repeats an
-# earlier turn: a small model's sampled words drift into nonsense or a walk-out, its greedy ones into loops
-# (benchmarks/episode_quality.py measures the default episode).
-CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
 SMALL_JUDGE_NOTE = (
     "[yellow]note:[/] the judge is the embedded {judge} model, too small to rate: its scores are not meaningful. "
     "For real ratings use a real judge: --evaluator gpt-4o-mini (with OPENAI_API_KEY), "

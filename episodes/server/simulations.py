@@ -25,6 +25,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from sotopia_env.agents.base import Agent
+from sotopia_env.agents.llm import CHAT_SETTINGS
 from sotopia_env.agents.loading import load_agent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.env import EnvConfig
@@ -41,8 +42,6 @@ from sotopia_env.transcript import Turn
 
 QUEUE = "simulations"
 CLAIM_TAG = "__simulations__"  # claims only: no episode is stored under it
-# As `run`: greedy with a repetition penalty and a sampled retry of a repeated turn.
-CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
 MAX_ENDED_IN_MEMORY = 1000  # ended simulations kept for late viewers; older ones are read back from the store
 Status = Literal["queued", "running", "done", "failed", "cancelled"]
 Event = dict[str, Any]
