@@ -59,9 +59,7 @@ def plan(request: SimulationRequest, library: Library, allow_code_agents: bool =
     """The episode ``request`` asks for, or ``RequestRefused`` with one line naming the field."""
     try:
         setup = sample_setup(library, seed=request.seed, scenario=request.scenario)
-    except LibraryError as exc:
-        raise RequestRefused(f"scenario: {exc}") from None
-    except NoEligibleCharacters as exc:
+    except (LibraryError, NoEligibleCharacters) as exc:
         raise RequestRefused(f"scenario: {exc}") from None
     seats = setup.scenario.num_agents
     specs = [s.strip() for s in request.agents]
