@@ -92,6 +92,9 @@ def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -
             assert episode["setup"]["scenario"]["id"] == "my-drums" and len(episode["turns"]) == 6
             assert client.get(f"/simulations/{sim_id}").status_code == 200  # the live page, once ended
             assert client.get("/docs").status_code == 200 and "/api/simulations" in client.get("/docs").text
+            boards = client.get("/api/leaderboard").json()  # the viewer's pages and JSON are the server's too
+            assert any("loopback" in json.dumps(b) for b in boards["boards"]), boards
+            assert client.get("/leaderboard").status_code == 200
             assert store.queue_items(QUEUE) == {}
 
             refused = client.post("/api/simulations", json=simulation(models, agents=["os:system"]))
