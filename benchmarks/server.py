@@ -246,6 +246,7 @@ async def drive_api(
             for _ in range(count):
                 viewers.append(Viewer(sim_id))
                 tasks.append(asyncio.create_task(watch(ws_base, viewers[-1])))
+        print(f"  api: {len(ids)} simulations posted in {time.perf_counter() - start:.2f} s", flush=True)
         wanted = set(ids)
         deadline = start + timeout_s
         while len(ended) < len(wanted):
