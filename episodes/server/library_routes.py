@@ -99,8 +99,8 @@ def _add(request: Request, section: str, entry: dict[str, Any]) -> dict[str, Any
         parsed = parse_file(Path(temp))[section][0]
     except LibraryError as exc:
         Path(temp).unlink(missing_ok=True)
-        message = str(exc).split(", ", 1)[-1] if ", field " in str(exc) else str(exc)
-        raise HTTPException(422, message) from None
+        message = str(exc)  # "<file>: scenarios entry 0 (id 'x'), field 'goals': ...": the file is a temporary one
+        raise HTTPException(422, message[message.find("field '") :] if "field '" in message else message) from None
     os.replace(temp, target)
     table[entry_id] = parsed
     return {"id": entry_id, "file": str(target)}

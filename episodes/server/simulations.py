@@ -210,14 +210,17 @@ class Simulations:
                     break
                 await asyncio.sleep(self.claims.poll_seconds if self.claims else 1.0)
             try:
-                log = await self._stored(sim)  # stored before a crash: not played again
+                log = await self._stored(sim)  # stored before a crash, or by another server: not played again
                 if log is None:
                     sim.status = "running"
                     log = await self._play(sim)
-                rating, end = closing_events(log)
-                sim.publish(rating)
+                    events = closing_events(log)
+                else:
+                    events = events_of(log)  # its viewers get the whole stream all the same
+                for event in events[:-1]:
+                    sim.publish(event)
                 sim.status, sim.episode_status, sim.error = "done", log.status, log.error
-                sim.publish(end)
+                sim.publish(events[-1])
                 await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
             except Exception as exc:  # the store refused the episode (it was spilled to a file), say
                 sim.status, sim.error = "failed", f"{type(exc).__name__}: {exc}"
