@@ -86,7 +86,7 @@ def benchmark(
     from sotopia_env.cli.render import show_cards
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.game_report import print_role_table, role_win_rates, with_roles
-    from sotopia_env.episodes.jobs import setup_versus_jobs, versus_jobs
+    from sotopia_env.episodes.jobs import benchmark_jobs, setup_versus_jobs
     from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
     from sotopia_env.episodes.report import build_report, plot_report, print_report
     from sotopia_env.episodes.runner import default_agent_factory, run_batch
@@ -115,14 +115,11 @@ def benchmark(
                 raise ValueError(f"--protocol {protocol} fixes {', '.join(k for k, v in fixed.items() if v)}")
             setups = protocol_setups(st, spec)
             chosen = list({s.scenario.id: s.scenario for s in setups}.values())
+            check_rule_specs(chosen, ["", partner], evaluator)
             jobs = setup_versus_jobs(setups, model, partner)
         else:
             lib = library(scenarios_dir)
-            chosen = lib.select(scenarios)
-            if not chosen:
-                raise ValueError(f"--scenarios {scenarios!r} selects no scenario")
-            jobs = versus_jobs(chosen, lib, model, partner, episodes_per_scenario, seed)
-        check_rule_specs(chosen, ["", partner], evaluator)
+            chosen, jobs = benchmark_jobs(lib, scenarios, model, partner, evaluator, episodes_per_scenario, seed)
         make_judge = partial(make_evaluator, evaluator, dimensions, api_base_value(api_base))
         dimensions_from_config(dimensions)  # checked here; with --ray every worker builds its own judge
         judge = make_judge() if ray is None else None

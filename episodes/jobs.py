@@ -40,6 +40,21 @@ def versus_jobs(
     return setup_versus_jobs(sample_setups(scenarios, library, n, seed=seed), model, partner)
 
 
+def benchmark_jobs(
+    library: Library, selector: str, model: str, partner: str, evaluator: str, n: int, seed: int = 0
+) -> tuple[list[Scenario], list[Job]]:
+    """What ``benchmark`` plays (the CLI's and the server's ``POST /api/benchmarks``): the scenarios ``selector``
+    picks, checked against the rule agents and judge (``check_rule_specs``), and their ``versus_jobs``. Raises
+    ``ValueError`` (a ``LibraryError``, ``AgentSpecError``...) with one line when there is nothing to play."""
+    from sotopia_env.agents.rule_partners import check_rule_specs
+
+    chosen = library.select(selector)
+    if not chosen:
+        raise ValueError(f"--scenarios {selector!r} selects no scenario")
+    check_rule_specs(chosen, ["", partner], evaluator)
+    return chosen, versus_jobs(chosen, library, model, partner, n, seed)
+
+
 def setup_versus_jobs(setups: Sequence[EpisodeSetup], model: str, partner: str) -> list[Job]:
     """``versus_jobs`` on given setups (``benchmark --protocol``: the pairings a SOTOPIA import fixed)."""
     jobs: dict[str, Job] = {}

@@ -18,17 +18,15 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from sotopia_env.agents.loading import AgentSpecError, is_custom_spec
-from sotopia_env.agents.rule_partners import check_rule_specs
+from sotopia_env.agents.loading import is_custom_spec
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.game_report import role_win_rates, with_roles
-from sotopia_env.episodes.jobs import versus_jobs
+from sotopia_env.episodes.jobs import benchmark_jobs
 from sotopia_env.episodes.report import build_report
 from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
 from sotopia_env.evaluator_spec import make_evaluator
-from sotopia_env.library import Library, LibraryError
-from sotopia_env.sampler import NoEligibleCharacters
+from sotopia_env.library import Library
 
 QUEUE = "benchmarks"
 router = APIRouter(prefix="/api", tags=["benchmarks"])
@@ -79,7 +77,7 @@ class Benchmark:
         }
 
 
-def benchmark_jobs(request: BenchmarkRequest, library: Library, allow_code_agents: bool) -> list[Job]:
+def jobs_of(request: BenchmarkRequest, library: Library, allow_code_agents: bool) -> list[Job]:
     """The jobs the CLI's ``benchmark`` would run; ``ValueError`` with one line naming the field otherwise."""
     for name in ("model", "partner"):
         if is_custom_spec(getattr(request, name)) and not allow_code_agents:
@@ -90,13 +88,11 @@ def benchmark_jobs(request: BenchmarkRequest, library: Library, allow_code_agent
         dimensions_from_config(request.dimensions)
     except ValueError as exc:
         raise ValueError(f"dimensions: {exc}") from None
+    r = request
     try:
-        chosen = library.select(request.scenarios)
-        if not chosen:
-            raise ValueError(f"{request.scenarios!r} selects no scenario")
-        check_rule_specs(chosen, ["", request.partner], request.evaluator)
-        return versus_jobs(chosen, library, request.model, request.partner, request.episodes_per_scenario, request.seed)
-    except (LibraryError, NoEligibleCharacters, AgentSpecError, ValueError) as exc:
+        _, jobs = benchmark_jobs(library, r.scenarios, r.model, r.partner, r.evaluator, r.episodes_per_scenario, r.seed)
+        return jobs
+    except ValueError as exc:  # LibraryError, NoEligibleCharacters, AgentSpecError are ValueErrors
         raise ValueError(f"scenarios: {exc}") from None
 
 
@@ -136,7 +132,7 @@ def _start(app: FastAPI, bench: Benchmark) -> None:
 async def start(request: Request, body: BenchmarkRequest) -> JSONResponse:
     sims = request.app.state.simulations
     try:
-        jobs = benchmark_jobs(body, sims.library, sims.allow_code_agents)
+        jobs = jobs_of(body, sims.library, sims.allow_code_agents)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
     bench = Benchmark(uuid.uuid4().hex[:16], body, jobs)
@@ -160,7 +156,7 @@ async def resume_benchmarks(app: FastAPI) -> list[str]:
     for bench_id, body in (await asyncio.to_thread(app.state.store.queue_items, QUEUE)).items():
         spec = BenchmarkRequest.model_validate(json.loads(body)["request"])
         try:
-            jobs = benchmark_jobs(spec, app.state.simulations.library, allow_code_agents=True)
+            jobs = jobs_of(spec, app.state.simulations.library, allow_code_agents=True)
         except ValueError:
             await asyncio.to_thread(app.state.store.queue_drop, QUEUE, bench_id)
             continue
