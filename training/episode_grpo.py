@@ -19,9 +19,11 @@ style. One step:
    groups carry signal;
 4. advantages: reward minus its group's mean, divided by the group's std (``scale_rewards: group``), the whole
    step's std (``batch``) or nothing (``none``);
-5. ``num_iterations`` passes over the samples, each one AdamW step, in micro-batches of ``micro_batch_size``
-   sequences. The loss is PPO's clipped surrogate on the sampled ids with the rollout log-probs as the old
-   policy (``epsilon`` below, ``epsilon_high`` above: DAPO's clip-higher), times a truncated importance weight
+5. ``num_iterations`` passes over the samples, each one AdamW step. Samples sharing a prompt prefix (the turns
+   of one group) run up to ``prefix_batch`` at a time with the prefix run once (``shared_prefix``: the same loss
+   and gradient as one at a time); the others in micro-batches of ``micro_batch_size``. The loss is PPO's
+   clipped surrogate on the sampled ids with the rollout log-probs as the old policy (``epsilon`` below,
+   ``epsilon_high`` above: DAPO's clip-higher), times a truncated importance weight
    ``min(pi_rollout / sampler, importance_sampling_cap)`` that corrects for the grammar mask (the sampler
    draws from the masked distribution; the loss differentiates the unmasked policy); logits are divided by
    the rollout temperature and dropout is off, so the loss scores the distribution that sampled;
@@ -46,7 +48,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +71,7 @@ from sotopia_env.training.model_setup import CHECKPOINTS_DIR, cpu_autocast, rele
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
+from sotopia_env.training.shared_prefix import forward_with_prefix, prefix_batches
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
@@ -113,13 +116,14 @@ class EpisodeGRPOConfig(BaseTrainConfig):
     importance_sampling_cap: float = 2.0  # truncates pi_rollout / sampler (the grammar mask's correction)
     num_iterations: int = 1  # optimiser steps per batch of rollouts (> 1: the ratio moves off 1 and clips)
     micro_batch_size: int = 1  # sequences per forward/backward; gradients accumulate over the step
+    prefix_batch: int = 8  # up to this many sequences sharing a prompt prefix run as one forward, the prefix once
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("max_steps", "group_size", "groups_per_step", "max_turns", "max_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("num_iterations", "micro_batch_size", "revisit_after"):
+        for name in ("num_iterations", "micro_batch_size", "prefix_batch", "revisit_after"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.group_size < 2:
@@ -203,17 +207,24 @@ def pack(samples: Sequence[Sample], pad_id: int) -> Batch:
     )
 
 
-def token_logprobs(model: Any, batch: Batch, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
+def token_logprobs(
+    model: Any, batch: Batch, temperature: float, with_entropy: bool = False, prefix_ids: Sequence[int] = ()
+) -> tuple[Any, Any]:
     """Log-probabilities, at ``temperature``, of the last ``batch.width`` tokens of every row; and their entropy
-    (None unless asked)."""
+    (None unless asked). With ``prefix_ids``, every row continues that prefix, which runs once."""
     import torch
 
-    logits = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=batch.width + 1,
-    ).logits[:, :-1]
+    if prefix_ids:
+        logits = forward_with_prefix(
+            model, prefix_ids, batch.input_ids, batch.attention_mask, batch.position_ids, batch.width + 1
+        )[:, :-1]
+    else:
+        logits = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            logits_to_keep=batch.width + 1,
+        ).logits[:, :-1]
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
     targets = batch.input_ids[:, -batch.width :]
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -256,15 +267,22 @@ class LossStats:
 
 
 def policy_loss(
-    model: Any, samples: Sequence[Sample], advantages: Sequence[float], config: EpisodeGRPOConfig, total_tokens: int
+    model: Any,
+    samples: Sequence[Sample],
+    advantages: Sequence[float],
+    config: EpisodeGRPOConfig,
+    total_tokens: int,
+    shared: int = 0,
 ) -> tuple[Any, LossStats]:
     """The clipped, importance-weighted surrogate (+ beta * KL to the starting policy) summed over the policy's
-    tokens and divided by ``total_tokens``; and the step's statistics for these samples."""
+    tokens and divided by ``total_tokens``; and the step's statistics for these samples. ``shared``: the length
+    of the prompt prefix every sample shares, run once (``shared_prefix``)."""
     import torch
 
-    batch = pack(samples, pad_id=0)
+    prefix = samples[0].prompt_ids[:shared]
+    batch = pack([replace(s, prompt_ids=s.prompt_ids[shared:]) for s in samples], pad_id=0)
     mask = batch.loss_mask
-    logp, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True)
+    logp, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True, prefix_ids=prefix)
     log_ratio = logp - batch.old_logprobs
     ratio = torch.exp(log_ratio)
     adv = torch.tensor(list(advantages), dtype=logp.dtype).unsqueeze(1)
@@ -275,7 +293,7 @@ def policy_loss(
     kl = torch.zeros_like(logp)
     if config.beta > 0:
         with torch.no_grad(), reference_policy(model):
-            ref, _ = token_logprobs(model, batch, config.temperature)
+            ref, _ = token_logprobs(model, batch, config.temperature, prefix_ids=prefix)
         diff = ref - logp
         kl = torch.exp(diff) - diff - 1
         per_token = per_token + config.beta * kl
@@ -318,10 +336,10 @@ def update_policy(
     params = [p for p in model.parameters() if p.requires_grad]
     for iteration in range(config.num_iterations):
         loss_value = 0.0
-        for k in range(0, len(trained), config.micro_batch_size):
-            chunk = trained[k : k + config.micro_batch_size]
+        for shared, chunk in loss_batches(model, trained, config):
             with cpu_autocast(bf16):
-                loss, chunk_stats = policy_loss(model, [s for s, _ in chunk], [a for _, a in chunk], config, tokens)
+                samples, advantages = [s for s, _ in chunk], [a for _, a in chunk]
+                loss, chunk_stats = policy_loss(model, samples, advantages, config, tokens, shared)
             loss.backward()
             loss_value += float(loss.detach())
             if iteration == 0:
@@ -331,6 +349,18 @@ def update_policy(
         optimizer.zero_grad(set_to_none=True)
     model.eval()
     return loss_value, stats, tokens
+
+
+def loss_batches(
+    model: Any, trained: Sequence[tuple[Sample, float]], config: EpisodeGRPOConfig
+) -> list[tuple[int, list[tuple[Sample, float]]]]:
+    """The forward passes of one pass over ``trained``: (shared prefix length, samples). Samples sharing a prompt
+    prefix go together, up to ``prefix_batch`` (the prefix runs once); otherwise, or under gradient checkpointing
+    (which keeps no cache), micro-batches of ``micro_batch_size`` without a shared prefix."""
+    if config.prefix_batch > 1 and not getattr(model, "is_activation_checkpointing", False):
+        return prefix_batches(trained, lambda item: item[0].prompt_ids, config.prefix_batch)
+    size = config.micro_batch_size
+    return [(0, list(trained[k : k + size])) for k in range(0, len(trained), size)]
 
 
 # -- the loop -----------------------------------------------------------------------------------------------------
