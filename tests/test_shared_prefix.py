@@ -1,5 +1,6 @@
-"""Episode GRPO's update runs a shared prompt prefix once (training/shared_prefix.py): the same loss and the same
-gradient as running every sequence alone, on a tiny random model with a LoRA whose weights matter."""
+"""Episode GRPO's update runs a shared prompt prefix once (training/shared_prefix.py: one packed row, a block
+mask): the same loss and the same gradient as running every sequence alone, on a tiny random model with a LoRA
+whose weights matter."""
 
 from __future__ import annotations
 
@@ -98,12 +99,13 @@ def test_a_shared_prefix_gives_the_loss_and_gradient_of_each_sequence_alone(tmp_
     assert max(float(g.abs().max()) for g in grads_a.values()) > 1e-4  # the gradients compared are not all 0
 
 
-def test_under_activation_checkpointing_every_sequence_runs_alone():
+def test_without_sdpa_attention_every_sequence_runs_alone():
+    """The packed row's block mask is a boolean 4-D mask, which only SDPA attention reads as such."""
     from types import SimpleNamespace
 
     trained = [(s, 1.0) for s in _samples()]
     config = EpisodeGRPOConfig(prefix_batch=8, micro_batch_size=1)
-    checkpointed = SimpleNamespace(is_activation_checkpointing=True)  # it keeps no cache to share a prefix with
-    assert [(shared, len(chunk)) for shared, chunk in loss_batches(checkpointed, trained, config)] == [(0, 1)] * 4
-    plain = SimpleNamespace(is_activation_checkpointing=False)
-    assert sorted(shared for shared, _ in loss_batches(plain, trained, config)) == [0, PREFIX]
+    eager = SimpleNamespace(config=SimpleNamespace(_attn_implementation="eager"))
+    assert [(shared, len(chunk)) for shared, chunk in loss_batches(eager, trained, config)] == [(0, 1)] * 4
+    sdpa = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa"))
+    assert sorted(shared for shared, _ in loss_batches(sdpa, trained, config)) == [0, PREFIX]

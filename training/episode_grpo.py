@@ -48,7 +48,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,7 +71,7 @@ from sotopia_env.training.model_setup import CHECKPOINTS_DIR, cpu_autocast, rele
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
-from sotopia_env.training.shared_prefix import forward_with_prefix, prefix_batches
+from sotopia_env.training.shared_prefix import packed_logprobs, prefix_batches
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
@@ -207,29 +207,32 @@ def pack(samples: Sequence[Sample], pad_id: int) -> Batch:
     )
 
 
-def token_logprobs(
-    model: Any, batch: Batch, temperature: float, with_entropy: bool = False, prefix_ids: Sequence[int] = ()
-) -> tuple[Any, Any]:
+def token_logprobs(model: Any, batch: Batch, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
     """Log-probabilities, at ``temperature``, of the last ``batch.width`` tokens of every row; and their entropy
-    (None unless asked). With ``prefix_ids``, every row continues that prefix, which runs once."""
+    (None unless asked)."""
     import torch
 
-    if prefix_ids:
-        logits = forward_with_prefix(
-            model, prefix_ids, batch.input_ids, batch.attention_mask, batch.position_ids, batch.width + 1
-        )[:, :-1]
-    else:
-        logits = model(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            logits_to_keep=batch.width + 1,
-        ).logits[:, :-1]
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=batch.width + 1,
+    ).logits[:, :-1]
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
     targets = batch.input_ids[:, -batch.width :]
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1).detach() if with_entropy else None
     return logp, entropy
+
+
+def sample_logprobs(
+    model: Any, samples: Sequence[Sample], batch: Batch, shared: int, temperature: float, with_entropy: bool = False
+) -> tuple[Any, Any]:
+    """``token_logprobs`` of ``batch`` (``pack(samples)``); with ``shared``, the samples' common prompt prefix
+    runs once (``shared_prefix.packed_logprobs``: the same values)."""
+    if shared:
+        return packed_logprobs(model, samples, shared, temperature, batch.width, with_entropy)
+    return token_logprobs(model, batch, temperature, with_entropy)
 
 
 @contextlib.contextmanager
@@ -279,10 +282,9 @@ def policy_loss(
     of the prompt prefix every sample shares, run once (``shared_prefix``)."""
     import torch
 
-    prefix = samples[0].prompt_ids[:shared]
-    batch = pack([replace(s, prompt_ids=s.prompt_ids[shared:]) for s in samples], pad_id=0)
+    batch = pack(samples, pad_id=0)
     mask = batch.loss_mask
-    logp, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True, prefix_ids=prefix)
+    logp, entropy = sample_logprobs(model, samples, batch, shared, config.temperature, with_entropy=True)
     log_ratio = logp - batch.old_logprobs
     ratio = torch.exp(log_ratio)
     adv = torch.tensor(list(advantages), dtype=logp.dtype).unsqueeze(1)
@@ -293,7 +295,7 @@ def policy_loss(
     kl = torch.zeros_like(logp)
     if config.beta > 0:
         with torch.no_grad(), reference_policy(model):
-            ref, _ = token_logprobs(model, batch, config.temperature, prefix_ids=prefix)
+            ref, _ = sample_logprobs(model, samples, batch, shared, config.temperature)
         diff = ref - logp
         kl = torch.exp(diff) - diff - 1
         per_token = per_token + config.beta * kl
@@ -355,9 +357,9 @@ def loss_batches(
     model: Any, trained: Sequence[tuple[Sample, float]], config: EpisodeGRPOConfig
 ) -> list[tuple[int, list[tuple[Sample, float]]]]:
     """The forward passes of one pass over ``trained``: (shared prefix length, samples). Samples sharing a prompt
-    prefix go together, up to ``prefix_batch`` (the prefix runs once); otherwise, or under gradient checkpointing
-    (which keeps no cache), micro-batches of ``micro_batch_size`` without a shared prefix."""
-    if config.prefix_batch > 1 and not getattr(model, "is_activation_checkpointing", False):
+    prefix go together, up to ``prefix_batch`` (the prefix runs once, in a packed row with a block mask, which
+    needs SDPA attention); otherwise micro-batches of ``micro_batch_size`` without a shared prefix."""
+    if config.prefix_batch > 1 and getattr(model.config, "_attn_implementation", None) == "sdpa":
         return prefix_batches(trained, lambda item: item[0].prompt_ids, config.prefix_batch)
     size = config.micro_batch_size
     return [(0, list(trained[k : k + size])) for k in range(0, len(trained), size)]

@@ -4,29 +4,22 @@ Every policy turn of one group (the same start, the same seat) opens with the sa
 message and the scenario. The rest is the conversation so far, the ask and the ~40 sampled tokens. Run one at
 a time, a GRPO update spends more than 90% of its compute on prompt tokens, most of them this shared prefix.
 
-``prefix_batches`` groups a step's samples by the prefix they share. ``forward_with_prefix`` runs the prefix
-once (with gradients), repeats its keys/values for each sequence (a view: the gradient of every sequence
-flows back into the one prefix pass) and runs each sequence's rest after it. The logits are those of running
-each whole sequence alone, up to float rounding. So the loss and its gradient are unchanged; only the work is
-less.
+``prefix_batches`` groups a step's samples by the prefix they share. ``packed_logprobs`` runs such a group as
+one packed row, ``[prefix][rest 1][rest 2]...``, with a block mask: the prefix attends causally to itself, and
+each rest to the prefix and to its own earlier tokens, at the positions it has in its whole sequence. No
+padding and no cache: the prefix runs once (its gradient gathers every sequence's), and each token's logits are
+those of its sequence run alone, up to float rounding. So the loss and its gradient are unchanged; only the work
+is less.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 MIN_SHARED = 64  # a prefix shorter than this is not worth a pass of its own
-
-
-def cache_kwarg(model: Any) -> str:
-    """The name the model's forward takes its cache by (transformers 5 renamed ``past_key_values`` to ``cache``),
-    seen through a PEFT wrapper."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def common_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -61,28 +54,47 @@ def prefix_batches(
     return batches
 
 
-def forward_with_prefix(
-    model: Any, prefix_ids: Sequence[int], input_ids: Any, attention_mask: Any, position_ids: Any, logits_to_keep: int
-) -> Any:
-    """The logits of ``input_ids`` (a left-padded batch, positions counted from 0) continuing ``prefix_ids``:
-    the prefix runs once, its keys/values are repeated for every row, then the batch runs after it."""
+def packed_logprobs(
+    model: Any, samples: Sequence[Any], shared: int, temperature: float, width: int, with_entropy: bool = False
+) -> tuple[Any, Any]:
+    """Log-probabilities, at ``temperature``, of every sample's completion ids (``prompt_ids`` + ``completion_ids``;
+    all share their first ``shared`` prompt ids), laid out as ``episode_grpo.pack`` lays them: [samples, width],
+    each completion right-aligned, zeros before it. And their entropy (None unless asked)."""
     import torch
 
-    rows = input_ids.shape[0]
-    prefix = torch.tensor([list(prefix_ids)], dtype=input_ids.dtype, device=input_ids.device)
-    kwarg = cache_kwarg(model)
-    cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).cache
-    if cache is None:
-        raise RuntimeError("the model returned no cache for the shared prefix (gradient checkpointing is on?)")
-    for layer in cache.layers:
-        layer.keys = layer.keys.expand(rows, -1, -1, -1)
-        layer.values = layer.values.expand(rows, -1, -1, -1)
-    ones = torch.ones(rows, len(prefix_ids), dtype=attention_mask.dtype, device=attention_mask.device)
-    return model(
-        input_ids=input_ids,
-        attention_mask=torch.cat([ones, attention_mask], dim=1),
-        position_ids=position_ids + len(prefix_ids),
-        use_cache=True,
-        logits_to_keep=logits_to_keep,
-        **{kwarg: cache},
-    ).logits
+    prefix = list(samples[0].prompt_ids[:shared])
+    ids, positions, owner, keep, targets = list(prefix), list(range(shared)), [-1] * shared, [], []
+    for row, sample in enumerate(samples):
+        rest = list(sample.prompt_ids[shared:]) + list(sample.completion_ids)
+        start, completion = len(ids), len(sample.completion_ids)
+        ids += rest
+        positions += range(shared, shared + len(rest))
+        owner += [row] * len(rest)
+        keep += range(start + len(rest) - completion - 1, start + len(rest) - 1)  # each predicts the next id
+        targets += sample.completion_ids
+    device = model.device if hasattr(model, "device") else None
+    owners = torch.tensor(owner, device=device)
+    order = torch.arange(len(ids), device=device)
+    visible = (order[None, :] <= order[:, None]) & ((owners[None, :] == -1) | (owners[None, :] == owners[:, None]))
+    logits = model(
+        input_ids=torch.tensor([ids], device=device),
+        attention_mask=visible[None, None],  # 4-D: used as given (True: attend)
+        position_ids=torch.tensor([positions], device=device),
+        logits_to_keep=torch.tensor(keep, device=device),
+    ).logits[0]
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, torch.tensor(targets, device=logp_all.device).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1).detach() if with_entropy else None
+    return _right_aligned(logp, samples, width), None if entropy is None else _right_aligned(entropy, samples, width)
+
+
+def _right_aligned(flat: Any, samples: Sequence[Any], width: int) -> Any:
+    """[sum of completions] as [samples, width], each sample's values at the end of its row, zeros before."""
+    import torch
+
+    rows, start = [], 0
+    for sample in samples:
+        n = len(sample.completion_ids)
+        rows.append(torch.cat([flat.new_zeros(width - n), flat[start : start + n]]))
+        start += n
+    return torch.stack(rows)
