@@ -4,8 +4,12 @@
     python benchmarks/grpo_step.py --adapter runs/bc     # from a BC adapter (the stage GRPO starts from)
     python benchmarks/grpo_step.py --quick               # 1 step of 1 group x 2 episodes, 2 turns (the smoke test)
 
-The same settings before and after a change to the local backend: run it once on each version of the code (for
-example ``PYTHONPATH=/path/to/old/site python benchmarks/grpo_step.py --label before``) and compare the rows.
+    python benchmarks/grpo_step.py --adapter runs/bc --prefix-batch 1   # the update one sequence at a time
+
+The same settings before and after a change: run it once on each version of the code and compare the rows. For
+an older version, install it apart (``pip install --no-deps --target OLD <checkout>``) and run copies of this
+file and ``_common.py`` from a folder outside the repository (``_common`` puts the repository first on the
+path) with ``PYTHONPATH=OLD``. Rollouts are seeded, so two runs of one version train on the same sequences.
 ``dense_reward`` gives partial credit, so that groups from the base model differ and the update has work to do.
 Not a test: run it on a quiet machine.
 """
@@ -30,6 +34,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=40)
+    parser.add_argument("--prefix-batch", type=int, default=8, help="sequences sharing a prompt prefix per forward")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--label", default="this code")
     parser.add_argument("--quick", action="store_true")
@@ -54,6 +59,7 @@ def main() -> None:
             max_completion_length=args.tokens,
             dense_reward=5.0,
             dynamic_sampling=False,
+            prefix_batch=args.prefix_batch,
             save_steps=10_000,
             progress=False,
             seed=0,
