@@ -109,3 +109,20 @@ def test_without_sdpa_attention_every_sequence_runs_alone():
     assert [(shared, len(chunk)) for shared, chunk in loss_batches(eager, trained, config)] == [(0, 1)] * 4
     sdpa = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa"))
     assert sorted(shared for shared, _ in loss_batches(sdpa, trained, config)) == [0, PREFIX]
+
+
+def test_a_packed_row_trains_under_activation_checkpointing_too(tmp_path_factory):
+    """The packed row needs no cache, so checkpointed layers (which keep none) share the prefix as well."""
+    import torch
+
+    model = _peft_model(tiny_model_spec(tmp_path_factory))
+    samples, advantages = _samples(), [1.0, -0.5, 0.25, -1.0]
+    config = EpisodeGRPOConfig(temperature=0.7, prefix_batch=8)
+    loss_a, grads_a, _, _ = _loss_and_grads(model, samples, advantages, config)
+    model.base_model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    loss_b, grads_b, _, batches = _loss_and_grads(model, samples, advantages, config)
+    assert sorted(shared for shared, _ in batches) == [0, PREFIX]
+    assert loss_b == pytest.approx(loss_a, rel=1e-5, abs=1e-7)
+    for name, grad in grads_a.items():
+        torch.testing.assert_close(grads_b[name], grad, rtol=1e-4, atol=1e-6, msg=name)
