@@ -21,10 +21,10 @@ style. One step:
    step's std (``batch``) or nothing (``none``);
 5. ``num_iterations`` passes over the samples, each one AdamW step. Samples sharing a prompt prefix (the turns
    of one group) run up to ``prefix_batch`` at a time with the prefix run once (``shared_prefix``: the same loss
-   and gradient as one at a time); the others in micro-batches of ``micro_batch_size``. The loss is PPO's
-   clipped surrogate on the sampled ids with the rollout log-probs as the old policy (``epsilon`` below,
-   ``epsilon_high`` above: DAPO's clip-higher), times a truncated importance weight
-   ``min(pi_rollout / sampler, importance_sampling_cap)`` that corrects for the grammar mask (the sampler
+   and gradient as one at a time), the others alone (``prefix_batch: 1``: micro-batches of
+   ``micro_batch_size``). The loss is PPO's clipped surrogate on the sampled ids with the rollout log-probs as
+   the old policy (``epsilon`` below, ``epsilon_high`` above: DAPO's clip-higher), times a truncated importance
+   weight ``min(pi_rollout / sampler, importance_sampling_cap)`` that corrects for the grammar mask (the sampler
    draws from the masked distribution; the loss differentiates the unmasked policy); logits are divided by
    the rollout temperature and dropout is off, so the loss scores the distribution that sampled;
    ``+ beta * KL`` (k3) towards the policy the run started from (a frozen ``ref`` copy of a continued adapter;
@@ -358,7 +358,8 @@ def loss_batches(
 ) -> list[tuple[int, list[tuple[Sample, float]]]]:
     """The forward passes of one pass over ``trained``: (shared prefix length, samples). Samples sharing a prompt
     prefix go together, up to ``prefix_batch`` (the prefix runs once, in a packed row with a block mask, which
-    needs SDPA attention); otherwise micro-batches of ``micro_batch_size`` without a shared prefix."""
+    needs SDPA attention), and a sample sharing none runs alone; with ``prefix_batch: 1`` or another attention,
+    micro-batches of ``micro_batch_size``."""
     if config.prefix_batch > 1 and getattr(model.config, "_attn_implementation", None) == "sdpa":
         return prefix_batches(trained, lambda item: item[0].prompt_ids, config.prefix_batch)
     size = config.micro_batch_size
