@@ -71,7 +71,7 @@ from sotopia_env.training.model_setup import CHECKPOINTS_DIR, cpu_autocast, rele
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
-from sotopia_env.training.shared_prefix import packed_logprobs, prefix_batches
+from sotopia_env.training.shared_prefix import packed_logprobs, prefix_batches, scored
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
 STATE_FILE = "state.json"
@@ -210,19 +210,13 @@ def pack(samples: Sequence[Sample], pad_id: int) -> Batch:
 def token_logprobs(model: Any, batch: Batch, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
     """Log-probabilities, at ``temperature``, of the last ``batch.width`` tokens of every row; and their entropy
     (None unless asked)."""
-    import torch
-
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,
         logits_to_keep=batch.width + 1,
     ).logits[:, :-1]
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-    targets = batch.input_ids[:, -batch.width :]
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1).detach() if with_entropy else None
-    return logp, entropy
+    return scored(logits, batch.input_ids[:, -batch.width :], temperature, with_entropy)
 
 
 def sample_logprobs(

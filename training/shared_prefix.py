@@ -37,7 +37,7 @@ def prefix_batches(
     sharing, then the batch has one item). ``prompt_of(item)`` gives an item's prompt ids. A prefix stops one
     token short of its shortest prompt, so that every member has a prompt token of its own to predict its first
     completion token from. Items are ordered by prompt, so those of one start end up together."""
-    order = sorted(items, key=lambda item: list(prompt_of(item)))
+    order = sorted(items, key=prompt_of)  # lists of ids compare lexicographically
     batches: list[tuple[int, list[T]]] = []
     for item in order:
         prompt = prompt_of(item)
@@ -82,10 +82,19 @@ def packed_logprobs(
         position_ids=torch.tensor([positions], device=device),
         logits_to_keep=torch.tensor(keep, device=device),
     ).logits[0]
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logp = logp_all.gather(-1, torch.tensor(targets, device=logp_all.device).unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1).detach() if with_entropy else None
+    logp, entropy = scored(logits, torch.tensor(targets, device=logits.device), temperature, with_entropy)
     return _right_aligned(logp, samples, width), None if entropy is None else _right_aligned(entropy, samples, width)
+
+
+def scored(logits: Any, targets: Any, temperature: float, with_entropy: bool) -> tuple[Any, Any]:
+    """The log-probabilities of ``targets`` under ``logits`` at ``temperature`` (same shape as ``targets``), and
+    the distributions' entropy, detached (None unless asked)."""
+    import torch
+
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1).detach() if with_entropy else None
+    return logp, entropy
 
 
 def _right_aligned(flat: Any, samples: Sequence[Any], width: int) -> Any:
