@@ -165,8 +165,8 @@ def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> di
     from sotopia_env.training.episode_grpo import train_episode_grpo
 
     settings = {
-        "max_steps": args.steps, "learning_rate": args.lr, "num_iterations": args.iterations, "save_steps": 1,
-        "progress": False, **overrides,
+        "max_steps": args.steps, "learning_rate": args.lr, "num_iterations": args.iterations, "beta": args.beta,
+        "save_steps": 1, "progress": False, **overrides,
     }  # fmt: skip
     config = rollout_config(args, args.train_scenarios, output_dir=str(out), **settings).starting_from(str(bc))
     result = train_episode_grpo(config)
@@ -250,9 +250,9 @@ def print_table(evals: dict[str, list[dict]], stages: dict[str, dict], args: arg
         if stage.get("note"):
             print(f"- {name}: {stage['note']}")
     print(
-        f"\nSettings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser steps each), temperature "
-        f"{args.temperature}, max {args.max_turns} turns, {args.max_new_tokens} tokens a turn, starts "
-        f"{args.train_scenarios}; {machine_line()}"
+        f"\nSettings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser steps each, beta "
+        f"{args.beta}), temperature {args.temperature}, max {args.max_turns} turns, {args.max_new_tokens} tokens "
+        f"a turn, starts {args.train_scenarios}; {machine_line()}"
     )
 
 
@@ -263,6 +263,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--iterations", type=int, default=1, help="GRPO optimiser steps per batch of rollouts")
+    parser.add_argument("--beta", type=float, default=0.0, help="GRPO's KL weight towards the BC adapter")
     parser.add_argument("--k", type=int, default=4, help="sampled evaluation episodes per instance (0: greedy only)")
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)

@@ -8,16 +8,23 @@ bf16 on a CPU is autocast: the weights stay fp32 and the matrix products run in 
 only on CPUs that compute bf16 natively (``cpu_bf16_native``: AVX512-BF16 or AMX); elsewhere the products are
 emulated and several times slower than fp32 (benchmarks/README section 3). ``tests/test_cpu_bf16.py`` holds the
 numerics check: the first steps' losses under CPU autocast stay within 2% of fp32's.
+
+CPU bf16 products go through oneDNN, which keeps a compiled primitive per matrix shape in two caches (oneDNN's
+own and ideep's), 1,024 entries each by default. Episode GRPO's forward passes change length every time, so over
+a run those caches grew the RSS by 1.5 GB (benchmarks/README section 10, run 13); ``bound_cpu_bf16_caches`` caps
+them (fp32 products do not use them).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from sotopia_env.model_ref import write_model_ref
 from sotopia_env.training.base_config import BaseTrainConfig
 
+ONEDNN_CACHE_ENTRIES = "128"  # compiled bf16 primitives kept per cache: a forward and backward pass's shapes
 ADAPTER_DIR = "adapter"
 CHECKPOINTS_DIR = "checkpoints"
 
@@ -45,7 +52,16 @@ def decide_precision(config: BaseTrainConfig, full_finetune: bool = False) -> tu
     qlora = config.qlora if config.qlora is not None else cuda and bitsandbytes_available() and not full_finetune
     if qlora and not cuda:
         raise ValueError("qlora needs a CUDA GPU (bitsandbytes 4-bit)")
+    if bf16 and not cuda:
+        bound_cpu_bf16_caches()
     return bf16, qlora
+
+
+def bound_cpu_bf16_caches() -> None:
+    """Cap oneDNN's per-shape primitive caches (see the module docstring) unless the environment sets them. Both
+    are read when the first bf16 product runs, so this must come before it; the cap costs no measurable speed."""
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        os.environ.setdefault(name, ONEDNN_CACHE_ENTRIES)
 
 
 def _bf16_supported() -> bool:
