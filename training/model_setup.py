@@ -11,8 +11,8 @@ numerics check: the first steps' losses under CPU autocast stay within 2% of fp3
 
 CPU bf16 products go through oneDNN, which keeps a compiled primitive per matrix shape in two caches (oneDNN's
 own and ideep's), 1,024 entries each by default. Episode GRPO's forward passes change length every time, so over
-a run those caches grew the RSS by 1.5 GB (benchmarks/README section 10, run 13); ``bound_cpu_bf16_caches`` caps
-them (fp32 products do not use them).
+a run those caches grew the RSS by 1.2 GB in 8 steps (benchmarks/README section 10, run 13);
+``bound_cpu_bf16_caches`` caps them (fp32 products do not use them).
 """
 
 from __future__ import annotations
