@@ -59,7 +59,7 @@ def decide_precision(config: BaseTrainConfig, full_finetune: bool = False) -> tu
 
 def bound_cpu_bf16_caches() -> None:
     """Cap oneDNN's per-shape primitive caches (see the module docstring) unless the environment sets them. Both
-    are read when the first bf16 product runs, so this must come before it; the cap costs no measurable speed."""
+    are read when the first bf16 product runs, so this must come before it."""
     for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
         os.environ.setdefault(name, ONEDNN_CACHE_ENTRIES)
 
