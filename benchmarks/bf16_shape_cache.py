@@ -48,27 +48,30 @@ def one(name: str, steps: int, shortest: int, longest: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from sotopia_env.embedded_models import resolve_model_path
-    from sotopia_env.training.model_setup import bound_cpu_bf16_caches, cpu_autocast
+    from sotopia_env.training.model_setup import ONEDNN_CACHE_VARIABLES, bound_cpu_bf16_caches, cpu_autocast
 
     bf16, vary, entries = SETTINGS[name]
     if entries is not None:
-        os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = os.environ["LRU_CACHE_CAPACITY"] = entries
+        os.environ.update(dict.fromkeys(ONEDNN_CACHE_VARIABLES, entries))
     elif bf16:
         bound_cpu_bf16_caches()
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path("smollm2-135m"))
     model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear", task_type="CAUSAL_LM"))
     model.train()
-    rng = random.Random(0)
-    start = t0 = 0.0
-    for step in range(steps + 1):  # step 0 allocates what every step reuses: the growth is counted after it
-        if step == 1:
-            start, t0 = rss_mb(), time.perf_counter()
-        length = rng.randrange(shortest, longest) if vary and step else (shortest + longest) // 2
+
+    def train_step(length: int) -> None:
         ids = torch.randint(0, 40_000, (1, length))
         with cpu_autocast(bf16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         model.zero_grad(set_to_none=True)
+
+    middle = (shortest + longest) // 2
+    train_step(middle)  # allocates what every step reuses: the growth is counted after it
+    rng = random.Random(0)
+    start, t0 = rss_mb(), time.perf_counter()
+    for _ in range(steps):
+        train_step(rng.randrange(shortest, longest) if vary else middle)
     return {"start": start, "end": rss_mb(), "seconds": time.perf_counter() - t0}
 
 

@@ -43,7 +43,10 @@ def test_precision_follows_the_hardware_unless_told():
 
 def test_cpu_bf16_caps_onednn_shape_caches_unless_the_environment_does(monkeypatch):
     """bf16 products cache a compiled primitive per shape; uncapped, episode GRPO's RSS grew 1.2 GB in 8 steps."""
-    names = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+    from sotopia_env.training.model_setup import ONEDNN_CACHE_VARIABLES
+
+    names = ONEDNN_CACHE_VARIABLES
+    assert names == ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # the names oneDNN and ideep read
     for name in names:
         monkeypatch.delenv(name, raising=False)
     decide_precision(TrainConfig(bf16=False))

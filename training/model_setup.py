@@ -24,6 +24,7 @@ from typing import Any
 from sotopia_env.model_ref import write_model_ref
 from sotopia_env.training.base_config import BaseTrainConfig
 
+ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's cache, ideep's
 ONEDNN_CACHE_ENTRIES = "128"  # compiled bf16 primitives kept per cache: a forward and backward pass's shapes
 ADAPTER_DIR = "adapter"
 CHECKPOINTS_DIR = "checkpoints"
@@ -60,7 +61,7 @@ def decide_precision(config: BaseTrainConfig, full_finetune: bool = False) -> tu
 def bound_cpu_bf16_caches() -> None:
     """Cap oneDNN's per-shape primitive caches (see the module docstring) unless the environment sets them. Both
     are read when the first bf16 product runs, so this must come before it."""
-    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    for name in ONEDNN_CACHE_VARIABLES:
         os.environ.setdefault(name, ONEDNN_CACHE_ENTRIES)
 
 
