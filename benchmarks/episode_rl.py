@@ -19,9 +19,10 @@ episode by episode, so a run cut short resumes where it stopped, and a larger ``
 
 Evaluation: every ``verifiable:test`` instance against the rule partner, greedy (seed S) and ``--k`` episodes
 sampled at the training temperature (seeds S+1..S+k); the same instances and seeds for every row, so rows are
-compared paired. The table: mean goal and success per kind (sampled), the paired difference from BC in mean goal
-with a 95% paired bootstrap interval over instances (sampled, and greedy), the zero-variance group share and
-mean rollout-vs-train ``approx_kl`` of GRPO rows, each stage's wall time and peak RSS. Not a test: run it by hand.
+compared paired (``--train-seed`` trains the GRPO rows with another seed and evaluates them on the same ones).
+The table: mean goal and success per kind (sampled), the paired difference from BC in mean goal with a 95% paired
+bootstrap interval over instances (sampled, and greedy), the zero-variance group share and mean rollout-vs-train
+``approx_kl`` of GRPO rows, each stage's wall time and peak RSS. Not a test: run it by hand.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
     from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
 
+    settings = {"seed": args.seed, **kw}
     return EpisodeGRPOConfig(
         scenarios=scenarios, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
-        temperature=args.temperature, seed=args.seed, **kw,
+        temperature=args.temperature, **settings,
     )  # fmt: skip
 
 
@@ -166,7 +168,8 @@ def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> di
 
     settings = {
         "max_steps": args.steps, "learning_rate": args.lr, "num_iterations": args.iterations, "beta": args.beta,
-        "save_steps": 1, "progress": False, **overrides,
+        "save_steps": 1, "progress": False, "seed": args.seed if args.train_seed is None else args.train_seed,
+        **overrides,
     }  # fmt: skip
     config = rollout_config(args, args.train_scenarios, output_dir=str(out), **settings).starting_from(str(bc))
     result = train_episode_grpo(config)
@@ -239,11 +242,12 @@ def print_table(evals: dict[str, list[dict]], stages: dict[str, dict], args: arg
                 mean, low, high = paired_interval(rows, evals["bc"], greedy)
                 diff[i] = "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"
         zero = stage.get("zero_std_share")
+        stage_cost = f"{stage['seconds']:.0f} s | {stage['peak_rss_mb']:.0f} MiB" if "seconds" in stage else "- | -"
         kl = stage.get("approx_kl")
         print(
             f"| {name} | {means[0]} | {means[1]} | {kind_cells(rows)} | {diff[0]} | {diff[1]} | "
             f"{'-' if zero is None else f'{zero:.2f}'} | {'-' if kl is None else f'{kl:.5f}'} | "
-            f"{stage.get('seconds', 0):.0f} s | {stage.get('peak_rss_mb', 0):.0f} MiB |"
+            f"{stage_cost} |"
         )
     print()
     for name, stage in stages.items():
@@ -274,7 +278,10 @@ def main() -> None:
     parser.add_argument("--train-scenarios", default="verifiable:train")
     parser.add_argument("--batch", type=int, default=32, help="the local backend's batch size")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the evaluation's seeds start here (and training's)")
+    parser.add_argument(
+        "--train-seed", type=int, default=None, help="the GRPO rows' training seed, apart from the evaluation's"
+    )
     args = parser.parse_args()
     import torch
 
