@@ -39,13 +39,13 @@ def serve(
     try:
         import uvicorn
 
-        from sotopia_env.episodes.server import create_server
+        from sotopia_env.server import create_server
     except ImportError as exc:
         missing = exc.name or "a dependency"
         raise fail(
             f"the server needs the 'view' extra ({missing} is missing): pip install 'sotopia-env[view]'"
         ) from None
-    from sotopia_env.episodes.server.security import TOKEN_ENV, bind_allowed
+    from sotopia_env.server.security import TOKEN_ENV, bind_allowed
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.library import LibraryError
 

@@ -30,7 +30,7 @@ def view(
     try:
         import uvicorn
 
-        from sotopia_env.episodes.viewer import create_app
+        from sotopia_env.server.viewer import create_app
     except ImportError as exc:
         missing = exc.name or "a dependency"
         hint = "pip install 'sotopia-env[view]'"

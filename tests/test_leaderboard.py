@@ -19,7 +19,7 @@ from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.sotopia_format import export_sotopia
 from sotopia_env.episodes.sotopia_protocol import parse_env_ids, protocols
 from sotopia_env.episodes.sqlite_store import SQLiteStore
-from sotopia_env.episodes.viewer import create_app
+from sotopia_env.server.viewer import create_app
 
 POLITE, QUIET = "custom_agents:PoliteAgent", "custom_agents:Quiet"
 SCENARIOS = "accommodation-drum-practice,accommodation-late-rent"

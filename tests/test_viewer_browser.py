@@ -16,7 +16,7 @@ from episode_fixtures import make_episode  # noqa: E402
 from server_harness import server_thread  # noqa: E402
 
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
-from sotopia_env.episodes.viewer import create_app  # noqa: E402
+from sotopia_env.server.viewer import create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")

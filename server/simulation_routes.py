@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.episodes.server.requests import RequestRefused, SimulationRequest
-from sotopia_env.episodes.server.simulations import Event, Simulation, Simulations, episode_id_of, events_of
+from sotopia_env.server.requests import RequestRefused, SimulationRequest
+from sotopia_env.server.simulations import Event, Simulation, Simulations, episode_id_of, events_of
 from sotopia_env.validation import field_problem
 
 router = APIRouter(prefix="/api", tags=["simulations"])

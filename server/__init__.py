@@ -1,6 +1,6 @@
 """``sotopia-env serve``: one FastAPI app to start, stream, watch and play episodes over HTTP and WebSocket
-(``episodes.server.app.create_server``). Needs the ``view`` extra."""
+(``server.app.create_server``). Needs the ``view`` extra."""
 
-from sotopia_env.episodes.server.app import create_server
+from sotopia_env.server.app import create_server
 
 __all__ = ["create_server"]

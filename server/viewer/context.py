@@ -11,9 +11,9 @@ from jinja2 import Environment
 
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.store import EpisodeStore
-from sotopia_env.episodes.viewer.index import SummaryIndex
-from sotopia_env.episodes.viewer.reports import ReportCache
-from sotopia_env.episodes.viewer.templates import environment
+from sotopia_env.server.viewer.index import SummaryIndex
+from sotopia_env.server.viewer.reports import ReportCache
+from sotopia_env.server.viewer.templates import environment
 
 SPLITS = ("train", "dev", "test")
 

@@ -1,7 +1,7 @@
 """The server's own pages: a simulation watched live, a human seat's play page, ``/docs``, and their scripts.
 
 Both pages render what is known when they load (the turns so far, or the seat's last view) and then follow the
-simulation with a script from this origin (``episodes.server.scripts``). The play page shows only the seat's
+simulation with a script from this origin (``server.scripts``). The play page shows only the seat's
 own observation, as the env gave it to the seat: the visibility rules and the private messages hold for people
 as for models.
 """
@@ -15,9 +15,9 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import ChoiceLoader, DictLoader, Environment
 
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.episodes.server.scripts import LIVE_JS, PLAY_JS
-from sotopia_env.episodes.server.simulations import Simulation, events_of
-from sotopia_env.episodes.viewer.templates import environment
+from sotopia_env.server.scripts import LIVE_JS, PLAY_JS
+from sotopia_env.server.simulations import Simulation, events_of
+from sotopia_env.server.viewer.templates import environment
 
 router = APIRouter(include_in_schema=False)
 SCRIPTS = {"live.js": LIVE_JS, "play.js": PLAY_JS}

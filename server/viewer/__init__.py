@@ -5,6 +5,6 @@ Needs the ``view`` extra (fastapi, uvicorn, jinja2). ``create_app(store)`` build
 
 from __future__ import annotations
 
-from sotopia_env.episodes.viewer.app import create_app
+from sotopia_env.server.viewer.app import create_app
 
 __all__ = ["create_app"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sotopia_env.episodes.report import Report, SeatResult, aggregate, plot_report
 from sotopia_env.episodes.store import StoreError
-from sotopia_env.episodes.viewer.index import IndexState, Summary, SummaryIndex
+from sotopia_env.server.viewer.index import IndexState, Summary, SummaryIndex
 
 _plot_lock = threading.Lock()  # matplotlib's pyplot is not thread-safe
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sotopia_env.episodes.log import STATUSES
 from sotopia_env.episodes.store import EpisodeStore
-from sotopia_env.episodes.viewer.index import SEAT_AGGREGATES, Summary, SummaryIndex
+from sotopia_env.server.viewer.index import SEAT_AGGREGATES, Summary, SummaryIndex
 
 MAX_LIMIT = 500
 Order = Literal["asc", "desc"]

@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sotopia_env.episodes.store import EpisodeStore, StoreError, open_store
-from sotopia_env.episodes.viewer.context import Viewer
-from sotopia_env.episodes.viewer.routes import router
+from sotopia_env.server.viewer.context import Viewer
+from sotopia_env.server.viewer.routes import router
 
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; "
