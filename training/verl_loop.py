@@ -92,7 +92,7 @@ class SocialAgentLoop(AgentLoopBase):
             )
             turns += 1
             merged, mask, new_logprobs = await self.ct_merge_assistant_token(
-                ids, out.token_ids, mask, logprobs or None, assistant_logprobs=out.log_probs or None
+                ids, out.token_ids, mask, logprobs if logprobs or out.log_probs else None, out.log_probs or None
             )
             ids, logprobs = merged.token_ids, new_logprobs or []
             content, calls = await self.tool_parser.extract_tool_calls(out.token_ids, None)
