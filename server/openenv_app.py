@@ -15,6 +15,8 @@
   ``available_actions``, ``recipients`` (whom it may address), a game's ``phase`` and ``choices``; ``error`` when
   the last action was refused (the seat moves again); at the end ``done``, ``reward`` (the judge's goal score for
   the seat, None when unrated: never 0), ``rated`` and ``termination_reason``.
+  ``background`` and ``history`` carry the same as data (``as_observation`` rebuilds the ``Observation`` our agents
+  act on, so any agent of ours can play a client's seat).
 - **Action** (``SeatAction``): ``action_type``, ``argument`` and optional ``to``, or ``text``, a model's raw reply
   (parsed as an ``LLMAgent`` parses it). A malformed one comes back as ``error`` in the observation.
 """
@@ -30,6 +32,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
+from sotopia_env.observation import Observation as SeatView
 from sotopia_env.training.seat_rows import SeatRow, SeatRowError, SessionMaker, seat_rows
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
 
@@ -58,6 +61,8 @@ class SeatObservation(Observation):
     text: str = ""
     agent: str = ""
     turn: int = 0
+    background: str = ""  # what the seat knows (scenario, itself, the others as far as it may see, its goal)
+    history: list[dict[str, Any]] = Field(default_factory=list)  # what it has observed, one entry per move
     available_actions: list[str] = Field(default_factory=list)
     recipients: list[str] = Field(default_factory=list)
     phase: str = ""
@@ -65,6 +70,15 @@ class SeatObservation(Observation):
     error: str | None = None
     rated: bool | None = None
     termination_reason: str | None = None
+
+
+def as_observation(seen: SeatObservation) -> SeatView:
+    """The ``sotopia_env.observation.Observation`` an agent of ours acts on, from a client's observation."""
+    return SeatView(
+        agent=seen.agent, turn=seen.turn, background=seen.background, history=seen.history,
+        available_actions=seen.available_actions, text=seen.text, recipients=seen.recipients, phase=seen.phase,
+        choices=seen.choices,
+    )  # fmt: skip
 
 
 class SeatState(State):
@@ -85,6 +99,8 @@ def _observation(turn: SeatTurn) -> SeatObservation:
         text=turn.update,
         agent=obs.agent,
         turn=obs.turn,
+        background=obs.background,
+        history=[h.model_dump() for h in obs.history],
         available_actions=[] if turn.done else obs.available_actions,
         recipients=obs.recipients,
         phase=obs.phase,

@@ -125,3 +125,21 @@ def test_http_routes_and_malformed_actions(url):
 
     with pytest.raises(RuntimeError, match="not served"):
         asyncio.run(client_episode(url, "verifiable-bargaining-bike", 0, 0))
+
+
+def test_cli_help_and_one_line_refusals():
+    from typer.testing import CliRunner
+
+    from sotopia_env.cli.main import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["openenv", "--help"])
+    assert shown.exit_code == 0 and "OpenEnv" in shown.output and "--public" in shown.output
+    for args, reason in [
+        (["--host", "0.0.0.0"], "refusing to listen on 0.0.0.0"),
+        (["--scenarios", "no-such-scenario"], "unknown scenario id 'no-such-scenario'"),
+        (["--scenarios", "multi-party"], "give a partner"),
+    ]:
+        result = runner.invoke(app, ["openenv", *args])
+        assert result.exit_code == 1 and reason in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
