@@ -74,11 +74,7 @@ class SeatObservation(Observation):
 
 def as_observation(seen: SeatObservation) -> SeatView:
     """The ``sotopia_env.observation.Observation`` an agent of ours acts on, from a client's observation."""
-    return SeatView(
-        agent=seen.agent, turn=seen.turn, background=seen.background, history=seen.history,
-        available_actions=seen.available_actions, text=seen.text, recipients=seen.recipients, phase=seen.phase,
-        choices=seen.choices,
-    )  # fmt: skip
+    return SeatView(**seen.model_dump(include=set(SeatView.model_fields)))
 
 
 class SeatState(State):
@@ -93,18 +89,12 @@ class SeatState(State):
 
 
 def _observation(turn: SeatTurn) -> SeatObservation:
-    obs = turn.observation
+    shared = turn.observation.model_dump(include=set(SeatView.model_fields) - {"text", "available_actions"})
     return SeatObservation(
+        **shared,
         messages=turn.messages,
         text=turn.update,
-        agent=obs.agent,
-        turn=obs.turn,
-        background=obs.background,
-        history=[h.model_dump() for h in obs.history],
-        available_actions=[] if turn.done else obs.available_actions,
-        recipients=obs.recipients,
-        phase=obs.phase,
-        choices=obs.choices,
+        available_actions=[] if turn.done else turn.observation.available_actions,
         error=turn.error,
         done=turn.done,
         reward=turn.reward,
