@@ -2,7 +2,7 @@
 the exact judge (``sotopia_env.training.trl_env``).
 
     pip install torch==2.13.0 -e ".[train]"
-    python examples/trl_grpo.py                      # CPU: the embedded SmolLM2-135M, a few minutes
+    python examples/trl_grpo.py                      # CPU: the embedded SmolLM2-135M (slow: see the README)
     python examples/trl_grpo.py --recipe 7b-gpu      # GPU: Qwen2.5-7B-Instruct, bf16, LoRA, vLLM colocated
 
 Two stages. Untrained, a small model calls no tool, so GRPO would see only equal rewards: first a warm start, a few
