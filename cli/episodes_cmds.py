@@ -191,7 +191,7 @@ def evaluate(
     """(Re)rate stored episodes; an episode whose rating fails again stays unrated with the new error."""
     from sotopia_env.episodes.rate import rate_stored
     from sotopia_env.episodes.store import StoreError
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
 
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
