@@ -196,7 +196,7 @@ def test_a_kind_of_ones_own_errors_are_one_line_and_names_are_guarded(guess_kind
     with pytest.raises(KindError, match="'bargaining' is taken"):
         register_kind(type("Bargaining2", (type(BARGAINING),), {})())
     assert register_kind(BARGAINING) is BARGAINING  # the same kind again is no conflict
-    with pytest.raises(KindError, match="'kind' must default to 'other'"):
+    with pytest.raises(KindError, match="'kind' defaulting to 'other'"):
         register_kind(type("Other", (type(guess_kind.KIND),), {"name": "other"})())
     with pytest.raises(KindError, match="unknown verifiable kind 'nope'"):
         rule_set("nope", "verifiable")
@@ -234,3 +234,18 @@ def test_a_model_plays_a_kind_of_ones_own(guess_kind, guess_folder, tiny_model_d
     goal = log.rating.ratings[log.setup.agent_names[0]].scores["goal"].score
     hints = ("Higher than", "Lower than", "Say one number", "Out of guesses", "You got it", "Well played")
     assert 0 <= goal <= 10 and all(line.startswith(hints) or "You got it" in line for line in _spoken(log, 1))
+
+
+def test_a_broken_entry_point_is_a_one_line_error_on_every_lookup(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from sotopia_env.kinds import registry
+
+    broken = EntryPoint(name="broken", value="no_such_module:KIND", group=registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(registry, "_loaded", False)  # a fresh process's registry, restored afterwards
+    monkeypatch.setattr(registry, "_registered", {})
+    where = r"entry point 'broken' \(no_such_module:KIND, group sotopia_env.kinds\) failed to load: ModuleNotFound"
+    for _ in range(2):  # not only the first lookup: the registry never goes on without it
+        with pytest.raises(KindError, match=where):
+            rule_set("bargaining")

@@ -76,6 +76,7 @@ def _load_entry_points() -> None:
         try:
             factory = point.load()
         except Exception as exc:
+            _entry_points_loaded = False  # every later lookup says so again, rather than go on without it
             where = f"entry point {point.name!r} ({point.value}, group {ENTRY_POINT_GROUP})"
             raise EvaluatorSpecError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
         _factories.setdefault(point.name.strip().lower(), factory)

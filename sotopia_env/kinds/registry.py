@@ -63,6 +63,7 @@ def _load_builtins_and_entry_points() -> None:
         try:
             found = point.load()
         except Exception as exc:
+            _loaded = False  # every later lookup says so again, rather than go on without it
             raise KindError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
         _add(found, where)
 
@@ -75,8 +76,14 @@ def _add(rule_set: Any, where: str, replace: bool = False) -> RuleSet:
     name = rule_set.name
     if not isinstance(name, str) or not _NAME.match(name):
         raise KindError(f"{where}: name {name!r} must be lower case letters, digits, '-' or '_'")
-    if isinstance(rule_set, Kind) and rule_set.facts_model.model_fields["kind"].default != name:
-        raise KindError(f"{where}: {rule_set.facts_model.__name__}'s 'kind' must default to {name!r}")
+    if isinstance(rule_set, Kind):
+        model = getattr(rule_set, "facts_model", None)
+        if not (isinstance(model, type) and issubclass(model, VerifiableFacts)) or (
+            model.model_fields["kind"].default != name
+        ):
+            raise KindError(
+                f"{where}: facts_model must be a VerifiableFacts subclass with 'kind' defaulting to {name!r}"
+            )
     known = _registered.get(name)
     if known is not None and type(known) is not type(rule_set) and not replace:
         taken = f"{type(known).__module__}.{type(known).__qualname__}"
