@@ -106,11 +106,11 @@ def train_bc(out: Path, args: argparse.Namespace) -> dict:
     """Expert demonstrations on the train instances, then a LoRA SFT on the won ones."""
     from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.episodes.runner import play as play_episode
+    from sotopia_env.evaluators import VerifiableJudge
     from sotopia_env.training.dataset import build_dataset, min_goal, played_by
     from sotopia_env.training.episode_grpo import make_rollout
     from sotopia_env.training.experts import VerifiableExpert
     from sotopia_env.training.trainer import TrainConfig, train
-    from sotopia_env.verifiable import VerifiableJudge
 
     rollout = make_rollout(rollout_config(args, "verifiable:train"), EXPERT)
 

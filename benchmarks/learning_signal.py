@@ -40,7 +40,7 @@ def expert_episodes(selector: str, per_scenario: int, max_turns: int, seed: int)
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.jobs import self_play_jobs
     from sotopia_env.episodes.runner import play
-    from sotopia_env.evaluation import RuleBasedEvaluator
+    from sotopia_env.evaluators import RuleBasedEvaluator
     from sotopia_env.library import load_library
     from sotopia_env.training.experts import ScriptedExpert
 

@@ -114,10 +114,10 @@ def run_cli(bodies: list[dict[str, Any]], store_path: str, concurrency: int, tag
     from sotopia_env.backends.resolve import release_backends
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
-    from sotopia_env.server.requests import SimulationRequest, plan
     from sotopia_env.episodes.sqlite_store import SQLiteStore
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
     from sotopia_env.library import load_library
+    from sotopia_env.server.requests import SimulationRequest, plan
 
     library = load_library()
     jobs = []

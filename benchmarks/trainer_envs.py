@@ -42,7 +42,7 @@ def our_loop(rows) -> list[float | None]:
     from sotopia_env.agents.loading import load_agent
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import play
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
     from sotopia_env.library import load_library
     from sotopia_env.sampler import sample_setup
 

@@ -80,7 +80,7 @@ def benchmark(
     --partner rule-player and --evaluator verifiable) it also reports each role's win rate, with a Wilson 95%
     interval. The protocol card of the results is printed and stored in --json as "cards"."""
     from sotopia_env.agents.loading import AgentSpecError
-    from sotopia_env.agents.rule_partners import check_rule_specs
+    from sotopia_env.agents.rule_specs import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.cli.render import show_cards
@@ -93,9 +93,8 @@ def benchmark(
     from sotopia_env.episodes.sotopia_protocol import get_protocol, protocol_setups
     from sotopia_env.episodes.store import StoreError, default_store_url
     from sotopia_env.errors import UserError
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import dimensions_from_config, make_evaluator
     from sotopia_env.library import LibraryError
-    from sotopia_env.llm_evaluator import dimensions_from_config
     from sotopia_env.sampler import NoEligibleCharacters
 
     check_output_file(json_out, "--json")

@@ -213,7 +213,7 @@ def evaluate(
     rerun rates only what is not done. Each protocol card of that judge then shows its agreement figure."""
     from sotopia_env.episodes.rate import rate_stored
     from sotopia_env.episodes.store import StoreError
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
 
     if judge:
         if evaluator is not None:
@@ -251,7 +251,7 @@ def compare_judges(
     from sotopia_env.episodes.judge_ratings import judge_runs, rate_with_judges
     from sotopia_env.episodes.protocol import judge_sha256
     from sotopia_env.episodes.store import StoreError
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
 
     if not tag:
         raise fail("--judge needs --tag: the episodes the judges rate")

@@ -65,14 +65,14 @@ def run(
     (and the judge) uses the embedded SmolLM2-135M: no API key, no server. A game is judged by its rules
     unless --evaluator names another judge."""
     from sotopia_env.agents.loading import AgentSpecError, load_agent
-    from sotopia_env.agents.rule_partners import check_rule_specs
+    from sotopia_env.agents.rule_specs import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import Job, run_episode
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.episodes.store_writer import StoreWriter
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
     from sotopia_env.sampler import NoEligibleCharacters, sample_setup
     from sotopia_env.transcript import render_action
 

@@ -45,9 +45,9 @@ def serve(
         raise fail(
             f"the server needs the 'view' extra ({missing} is missing): pip install 'sotopia-env[view]'"
         ) from None
-    from sotopia_env.server.security import TOKEN_ENV, bind_allowed
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.library import LibraryError
+    from sotopia_env.server.security import TOKEN_ENV, bind_allowed
 
     token = token or os.environ.get(TOKEN_ENV) or None
     refused = bind_allowed(host, token)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.store import EpisodeStore
-from sotopia_env.evaluation import EpisodeRating
+from sotopia_env.evaluators import EpisodeRating
 
 OVERALL = "overall"
 CONFIDENCE = 0.95

@@ -28,7 +28,7 @@ from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.protocol import judge_sha256
 from sotopia_env.episodes.runner import rate
 from sotopia_env.episodes.store import EpisodeStore, StoreError
-from sotopia_env.evaluation import EpisodeRating, Evaluator
+from sotopia_env.evaluators import EpisodeRating, Evaluator
 
 Seats = Literal["as-played", "reversed"]
 RECORDS = "judge-ratings"

@@ -9,7 +9,8 @@ A result (the episodes of one tag that were played and judged the same way) has 
 - ``judge`` and ``judge_sha256``: the evaluator's name (``llm:MODEL``, ``verifiable``, ``rule-based``) and a sha256
   of what decides its scores besides the model: for an LLM judge its prompt template (``judge_template``: the
   prompt of a placeholder episode, with the JSON schema it constrains replies to); for a rule judge the source
-  of the modules that hold its rules (``RULE_MODULES``; a custom judge: its class's module);
+  of the modules that hold its rules (its ``rule_modules``, e.g. every rule set the verifiable judge knows; else
+  its class's module);
 - ``dimensions``, the env ``seeds`` (each episode's reset seed), ``max_turns``, ``stale_turns``,
   ``max_agent_errors`` and ``action_order``;
 - ``version``: the sotopia-env that played the episodes.
@@ -39,23 +40,13 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.judge_agreement import AgreementFigure
 from sotopia_env.episodes.log import EpisodeLog, EpisodeProtocol
-from sotopia_env.evaluation import EpisodeContext, Evaluator
-from sotopia_env.llm_evaluator import LLMEvaluator, evaluation_prompt, rating_schema
+from sotopia_env.evaluators import EpisodeContext, Evaluator
+from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt, rating_schema
 from sotopia_env.profiles import BigFive, Character, Scenario
 from sotopia_env.transcript import Turn
 
 T = TypeVar("T")
 ID_CHARS = 12
-# The modules whose source is a rule judge's rules, by the judge's class (module.qualname).
-RULE_MODULES: dict[str, tuple[str, ...]] = {
-    "sotopia_env.verifiable.VerifiableJudge": (
-        "sotopia_env.verifiable",
-        "sotopia_env.games.judge",
-        "sotopia_env.games.master",
-        "sotopia_env.games.rules",
-    ),
-    "sotopia_env.evaluation.RuleBasedEvaluator": ("sotopia_env.evaluation",),
-}
 
 
 def sha256_json(data: Any) -> str:
@@ -182,7 +173,7 @@ def judge_sha256(evaluator: Evaluator) -> str:
         digest = sha256_json(judge_template(evaluator))
     else:
         cls = type(evaluator)
-        modules = RULE_MODULES.get(f"{cls.__module__}.{cls.__qualname__}", (cls.__module__,))
+        modules = getattr(evaluator, "rule_modules", None) or (cls.__module__,)
         digest = sha256_json([_source(m, cls) for m in modules])
     try:
         _judge_hashes[evaluator] = digest

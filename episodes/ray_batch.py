@@ -39,7 +39,7 @@ from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, plan, r
 from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS
 from sotopia_env.errors import UserError, first_line
-from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluators import Evaluator
 
 WORKER_PREFIX = "sotopia-env-worker"
 MAX_SHARD_RESTARTS = 3  # new actors per shard after its actor is gone for good; Ray's own restarts come first

@@ -7,7 +7,7 @@ evaluation; with ``--ray``, inside each Ray actor of ``episodes.ray_batch``), an
 
 1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
    or any other exception, makes a ``failed`` log instead (a batch never dies of one episode).
-2. rate: ``rate`` calls ``sotopia_env.evaluation.aevaluate_safely``, the same call the env's own
+2. rate: ``rate`` calls ``sotopia_env.evaluators.aevaluate_safely``, the same call the env's own
    terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error.
 3. store: ``StoreWriter.put`` (``episodes.store_writer``) retries a store fault, then spills the
    episode to a JSONL file that ``episodes import`` restores.
@@ -36,7 +36,7 @@ from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.episodes.protocol import judged_by, played_under
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
-from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
+from sotopia_env.evaluators import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
 from sotopia_env.transcript import Turn
 

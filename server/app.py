@@ -17,15 +17,15 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
+from sotopia_env.episodes.store import EpisodeStore, open_store
+from sotopia_env.library import load_library
 from sotopia_env.server import benchmarks, library_routes, pages, simulation_routes
 from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT
 from sotopia_env.server.security import DEFAULT_MAX_BODY, Gate
 from sotopia_env.server.simulations import Simulations
-from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.server.viewer.app import add_error_pages
 from sotopia_env.server.viewer.context import Viewer
 from sotopia_env.server.viewer.routes import router as viewer_router
-from sotopia_env.library import load_library
 
 
 def default_library_dir() -> Path:

@@ -25,7 +25,7 @@ from sotopia_env.episodes.game_report import role_win_rates, with_roles
 from sotopia_env.episodes.jobs import benchmark_jobs
 from sotopia_env.episodes.report import build_report
 from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
-from sotopia_env.evaluator_spec import make_evaluator
+from sotopia_env.evaluators import make_evaluator
 from sotopia_env.library import Library
 
 QUEUE = "benchmarks"
@@ -82,7 +82,7 @@ def jobs_of(request: BenchmarkRequest, library: Library, allow_code_agents: bool
     for name in ("model", "partner"):
         if is_custom_spec(getattr(request, name)) and not allow_code_agents:
             raise ValueError(f"{name}: {getattr(request, name)!r} would load code; the server refuses it")
-    from sotopia_env.llm_evaluator import dimensions_from_config
+    from sotopia_env.evaluators import dimensions_from_config
 
     try:
         dimensions_from_config(request.dimensions)

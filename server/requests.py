@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from sotopia_env.agents.loading import AgentSpecError, is_custom_spec
-from sotopia_env.agents.rule_partners import check_rule_specs
+from sotopia_env.agents.rule_specs import check_rule_specs
 from sotopia_env.episode_setup import EpisodeSetup
-from sotopia_env.evaluator_spec import VERIFIABLE
+from sotopia_env.evaluators import VERIFIABLE
 from sotopia_env.library import Library, LibraryError
 from sotopia_env.sampler import NoEligibleCharacters, sample_setup
 
@@ -79,7 +79,7 @@ def plan(request: SimulationRequest, library: Library, allow_code_agents: bool =
         check_rule_specs([setup.scenario], specs, evaluator)
     except (AgentSpecError, ValueError) as exc:
         raise RequestRefused(f"agents: {exc}") from None
-    from sotopia_env.llm_evaluator import dimensions_from_config
+    from sotopia_env.evaluators import dimensions_from_config
 
     try:
         dimensions_from_config(request.dimensions)

@@ -32,12 +32,12 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.claims import Claims, supports_claims
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.runner import Job, run_episode
-from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
-from sotopia_env.server.requests import HUMAN, Plan, SimulationRequest, plan
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import StoreWriter
-from sotopia_env.evaluator_spec import make_evaluator
+from sotopia_env.evaluators import make_evaluator
 from sotopia_env.library import Library
+from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
+from sotopia_env.server.requests import HUMAN, Plan, SimulationRequest, plan
 from sotopia_env.transcript import Turn
 
 QUEUE = "simulations"

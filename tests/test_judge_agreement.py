@@ -24,8 +24,7 @@ from sotopia_env.episodes.judge_ratings import records_name, seats_reversed, sto
 from sotopia_env.episodes.leaderboard import leaderboard
 from sotopia_env.episodes.protocol import judge_sha256
 from sotopia_env.episodes.store import open_store
-from sotopia_env.evaluation import GOAL_ONLY, AgentRating, DimensionScore, EpisodeContext, EpisodeRating
-from sotopia_env.llm_evaluator import LLMEvaluator
+from sotopia_env.evaluators import GOAL_ONLY, AgentRating, DimensionScore, EpisodeContext, EpisodeRating, LLMEvaluator
 
 runner = CliRunner()
 

@@ -16,7 +16,7 @@ from server_harness import server_thread  # noqa: E402
 from sotopia_env.agents.base import reset_agent  # noqa: E402
 from sotopia_env.env import EnvConfig  # noqa: E402
 from sotopia_env.episodes.runner import play  # noqa: E402
-from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
+from sotopia_env.evaluators import make_evaluator  # noqa: E402
 from sotopia_env.library import load_library  # noqa: E402
 from sotopia_env.observation import Observation  # noqa: E402
 from sotopia_env.prompt import render_prompt  # noqa: E402

@@ -13,7 +13,7 @@ import batch_worker
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.episodes.runner import run_batch
 from sotopia_env.episodes.store import open_store
-from sotopia_env.evaluation import EpisodeRating, RuleBasedEvaluator
+from sotopia_env.evaluators import EpisodeRating, RuleBasedEvaluator
 
 
 class FlakyEvaluator(RuleBasedEvaluator):

@@ -34,7 +34,7 @@ from sotopia_env.env import EnvConfig  # noqa: E402
 from sotopia_env.episodes.gc_tuning import BATCH_THRESHOLDS  # noqa: E402
 from sotopia_env.episodes.runner import Job, calls_in_flight, default_agent_factory, run_batch  # noqa: E402
 from sotopia_env.episodes.store import open_store  # noqa: E402
-from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
+from sotopia_env.evaluators import make_evaluator  # noqa: E402
 from sotopia_env.training.config import ConfigError, parse_config  # noqa: E402
 
 

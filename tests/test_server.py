@@ -23,10 +23,10 @@ from test_stores import BOTH_STORES, fresh_store  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from sotopia_env.cli.main import app as cli  # noqa: E402
-from sotopia_env.server import create_server  # noqa: E402
-from sotopia_env.server.simulations import QUEUE  # noqa: E402
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
 from sotopia_env.episodes.store import EpisodeStore  # noqa: E402
+from sotopia_env.server import create_server  # noqa: E402
+from sotopia_env.server.simulations import QUEUE  # noqa: E402
 
 SCENARIO = "accommodation-drum-practice"
 SPOKEN = json.loads(SPEAK)["argument"]

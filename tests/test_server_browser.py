@@ -11,8 +11,8 @@ pytest.importorskip("uvicorn", reason="the server needs the 'view' extra (uvicor
 
 from server_harness import SPEAK, scripted_models, server_thread, wait_until_ended  # noqa: E402
 
-from sotopia_env.server import create_server  # noqa: E402
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
+from sotopia_env.server import create_server  # noqa: E402
 
 LINES = ["Hello, can we talk about the drums?", "Maybe evenings only, before eight?", "Thanks, that works."]
 

@@ -16,7 +16,7 @@ from sotopia_env.actions import coerce_action  # noqa: E402
 from sotopia_env.agents.loading import load_agent  # noqa: E402
 from sotopia_env.env import EnvConfig, SocialEnv  # noqa: E402
 from sotopia_env.episode_setup import reset_for_episode  # noqa: E402
-from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
+from sotopia_env.evaluators import make_evaluator  # noqa: E402
 from sotopia_env.library import load_library  # noqa: E402
 from sotopia_env.observation import Observation  # noqa: E402
 from sotopia_env.sampler import sample_setup  # noqa: E402

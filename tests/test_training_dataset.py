@@ -15,7 +15,7 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import AgentRating, DimensionScore, EpisodeRating, RuleBasedEvaluator
+from sotopia_env.evaluators import AgentRating, DimensionScore, EpisodeRating, RuleBasedEvaluator
 from sotopia_env.training.dataset import (
     FilterConfig,
     ReplayError,

@@ -10,8 +10,11 @@ import pytest
 
 pytest.importorskip("trl")
 
-from sotopia_env.evaluation import EpisodeContext, evaluate_safely  # noqa: E402
-from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
+from sotopia_env.evaluators import (  # noqa: E402
+    EpisodeContext,
+    evaluate_safely,
+    make_evaluator,  # noqa: E402
+)
 from sotopia_env.training.seat_rows import SessionMaker, seat_rows, trl_dataset  # noqa: E402
 from sotopia_env.training.trl_env import (  # noqa: E402
     expert_tool_dataset,

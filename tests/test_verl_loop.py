@@ -17,8 +17,11 @@ from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-from sotopia_env.evaluation import EpisodeContext, evaluate_safely  # noqa: E402
-from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
+from sotopia_env.evaluators import (  # noqa: E402
+    EpisodeContext,
+    evaluate_safely,
+    make_evaluator,  # noqa: E402
+)
 from sotopia_env.training import verl_loop  # noqa: E402
 from sotopia_env.training.seat_rows import seat_rows  # noqa: E402
 from sotopia_env.training.trl_env import tool_chat_template  # noqa: E402

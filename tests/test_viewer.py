@@ -21,11 +21,11 @@ from sotopia_env.episodes.redis_store import RedisStore
 from sotopia_env.episodes.report import build_report
 from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.episodes.store import EpisodeStore, StoreError
+from sotopia_env.observation import background_for
 from sotopia_env.server.viewer import create_app
 from sotopia_env.server.viewer.index import Summary, SummaryIndex
 from sotopia_env.server.viewer.listing import ListQuery, list_episodes, page_from_index
 from sotopia_env.server.viewer.reports import summary_report
-from sotopia_env.observation import background_for
 from sotopia_env.transcript import Turn
 
 XSS = "<script>alert('pwned')</script>"

@@ -36,7 +36,7 @@ def expert_episodes(ctx: StageContext) -> tuple[list[EpisodeLog], str, dict[str,
     tag = ctx.tag(STAGE)
     scenarios = ctx.scenarios("bc.scenarios", c.bc.scenarios)
     if c.bc.partner:
-        from sotopia_env.agents.rule_partners import check_rule_specs
+        from sotopia_env.agents.rule_specs import check_rule_specs
 
         check_rule_specs(scenarios, [c.bc.expert, c.bc.partner], c.evaluator.model)  # one line if misplaced
         jobs = versus_jobs(scenarios, ctx.library, c.bc.expert, c.bc.partner, c.bc.episodes_per_scenario, c.seed)

@@ -18,8 +18,7 @@ from sotopia_env.agents.base import Agent
 from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, load_agent
 from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
-from sotopia_env.evaluation import Evaluator
-from sotopia_env.evaluator_spec import VERIFIABLE, make_evaluator
+from sotopia_env.evaluators import VERIFIABLE, Evaluator, make_evaluator
 from sotopia_env.library import Library, load_library
 from sotopia_env.profiles import Scenario
 from sotopia_env.sampler import sample_setup

@@ -37,10 +37,10 @@ from sotopia_env.agents.base import Agent
 from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluators import Evaluator
 from sotopia_env.observation import Observation, SeatView, background_for, labels_for
 from sotopia_env.prompt import render_prompt
-from sotopia_env.training.episode_rollouts import episode_reward
+from sotopia_env.rewards import episode_reward
 
 T = TypeVar("T")
 MAX_RETRIES = 2  # as LLMAgent's: a seat gets three tries at a move

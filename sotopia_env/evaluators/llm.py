@@ -14,15 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sotopia_env.backends.base import Backend, GenerationSettings, Usage
-from sotopia_env.evaluation import (
-    SOTOPIA_DIMENSIONS,
-    AgentRating,
-    Dimension,
-    EpisodeContext,
-    EpisodeRating,
-    SyncFromAsync,
-    validate_scores,
-)
+from sotopia_env.evaluators.base import AgentRating, EpisodeContext, EpisodeRating, SyncFromAsync, validate_scores
+from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS, Dimension
 from sotopia_env.observation import omniscient_background
 from sotopia_env.transcript import render_transcript
 
@@ -203,19 +196,3 @@ class LLMEvaluator(SyncFromAsync):
             attempts=len(problems),
             usage=usage,
         )
-
-
-def dimensions_from_config(spec: str | list[dict[str, Any]] | None) -> tuple[Dimension, ...]:
-    """``sotopia`` (all seven), ``goal`` (goal only), a comma list of SOTOPIA names, or custom dicts."""
-    if spec is None or spec == "sotopia":
-        return SOTOPIA_DIMENSIONS
-    if isinstance(spec, str):
-        known = {d.name: d for d in SOTOPIA_DIMENSIONS}
-        names = [n.strip() for n in spec.split(",") if n.strip()]
-        unknown = [n for n in names if n not in known]
-        if not names:
-            raise ValueError(f"no dimension named in {spec!r} (sotopia, goal, or a comma list of: {', '.join(known)})")
-        if unknown:
-            raise ValueError(f"unknown dimension {unknown[0]!r} (known: {', '.join(known)})")
-        return tuple(known[n] for n in names)
-    return tuple(Dimension.model_validate(d) for d in spec)
