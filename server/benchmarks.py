@@ -27,6 +27,7 @@ from sotopia_env.episodes.report import build_report
 from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
 from sotopia_env.evaluator_spec import make_evaluator
 from sotopia_env.library import Library
+from sotopia_env.server.allowed_servers import AllowedModelServers
 
 QUEUE = "benchmarks"
 router = APIRouter(prefix="/api", tags=["benchmarks"])
@@ -77,8 +78,12 @@ class Benchmark:
         }
 
 
-def jobs_of(request: BenchmarkRequest, library: Library, allow_code_agents: bool) -> list[Job]:
-    """The jobs the CLI's ``benchmark`` would run; ``ValueError`` with one line naming the field otherwise."""
+def jobs_of(
+    request: BenchmarkRequest, library: Library, allow_code_agents: bool, servers: AllowedModelServers
+) -> list[Job]:
+    """The jobs the CLI's ``benchmark`` would run; ``ValueError`` with one line naming the field otherwise (a model
+    server the operator did not list among them)."""
+    servers.for_request(request.api_base)
     for name in ("model", "partner"):
         if is_custom_spec(getattr(request, name)) and not allow_code_agents:
             raise ValueError(f"{name}: {getattr(request, name)!r} would load code; the server refuses it")
@@ -99,7 +104,7 @@ def jobs_of(request: BenchmarkRequest, library: Library, allow_code_agents: bool
 async def _run(bench: Benchmark, app: FastAPI) -> None:
     store, sims = app.state.store, app.state.simulations
     spec = bench.request
-    api_base = spec.api_base or sims.api_base
+    api_base = sims.servers.for_request(spec.api_base)
     tag = spec.chosen_tag
 
     def finished(_: Any) -> None:
@@ -132,7 +137,7 @@ def _start(app: FastAPI, bench: Benchmark) -> None:
 async def start(request: Request, body: BenchmarkRequest) -> JSONResponse:
     sims = request.app.state.simulations
     try:
-        jobs = jobs_of(body, sims.library, sims.allow_code_agents)
+        jobs = jobs_of(body, sims.library, sims.allow_code_agents, sims.servers)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
     bench = Benchmark(uuid.uuid4().hex[:16], body, jobs)
@@ -156,7 +161,8 @@ async def resume_benchmarks(app: FastAPI) -> list[str]:
     for bench_id, body in (await asyncio.to_thread(app.state.store.queue_items, QUEUE)).items():
         spec = BenchmarkRequest.model_validate(json.loads(body)["request"])
         try:
-            jobs = jobs_of(spec, app.state.simulations.library, allow_code_agents=True)
+            sims = app.state.simulations  # accepted once; its model server is checked again
+            jobs = jobs_of(spec, sims.library, allow_code_agents=True, servers=sims.servers)
         except ValueError:
             await asyncio.to_thread(app.state.store.queue_drop, QUEUE, bench_id)
             continue
