@@ -26,7 +26,7 @@ StoreRetry = typer.Option(
 )
 
 
-def _api_bases(values: list[str] | None) -> list[str]:
+def api_base_values(values: list[str] | None) -> list[str]:
     """The ``--api-base`` values (repeated and/or comma-separated), each URL checked: a bad one is a usage error."""
     from sotopia_env.backends.endpoints import join_api_bases, split_api_bases
 
@@ -45,10 +45,41 @@ def api_base_value(values: list[str] | None) -> str | None:
 ApiBase = typer.Option(
     None,
     "--api-base",
-    callback=_api_bases,
+    callback=api_base_values,
     help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama). Several servers: repeat the flag "
     "or separate URLs by commas; each call goes to the one with the fewest calls outstanding.",
 )
+AllowedHost = typer.Option(
+    None,
+    "--allowed-host",
+    metavar="NAME",
+    help="A Host name to answer besides localhost, 127.0.0.1, [::1] and --host (repeatable; '*.example.com' "
+    "for subdomains). Any other Host is refused, against DNS rebinding.",
+)
+
+
+def served_hosts_or_fail(host: str, allowed: list[str] | None, token: str | None) -> list[str]:
+    """The Host names a server bound to ``host`` answers (``security.served_hosts``); a malformed name, or ``*``
+    without a token, is a usage error. Bound to a wildcard address, it says which names clients may use."""
+    from sotopia_env.cli.common import console, fail
+    from sotopia_env.server.security import WILDCARD_ADDRESSES, served_hosts
+
+    try:
+        hosts = served_hosts(host, allowed or [])
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if "*" in hosts and not token:
+        raise fail("--allowed-host '*' answers any Host, which DNS rebinding needs; only with a token")
+    if host in WILDCARD_ADDRESSES and not allowed:
+        console.print(
+            f"note: bound to {host}, this answers only Host {', '.join(hosts)}; "
+            "add --allowed-host NAME for each name clients use",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return hosts
+
+
 MaxCalls = typer.Option(
     None,
     "--max-calls",
