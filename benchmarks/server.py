@@ -124,7 +124,7 @@ def run_cli(bodies: list[dict[str, Any]], store_path: str, concurrency: int, tag
     api_base = bodies[0]["api_base"]
     jobs = []
     for i, body in enumerate(bodies):  # the setup the server would play
-        chosen = plan(SimulationRequest.model_validate(body), library, servers=AllowedModelServers(api_base))
+        chosen = plan(SimulationRequest.model_validate(body), library, servers=AllowedModelServers.of(api_base))
         jobs.append(Job(chosen.setup, chosen.specs, repeat=i, seed=body["seed"]))
     # as the server's agents, but one sampling seed for all (the factory does not see the job; loopback ignores it)
     settings = GenerationSettings(seed=0, **CHAT_SETTINGS)

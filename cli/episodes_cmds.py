@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import check_output_file, console, fail, user_errors
-from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
+from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, model_servers
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
@@ -195,7 +195,7 @@ def evaluate(
 
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
-        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
+        judge = make_evaluator(evaluator, dimensions, model_servers(api_base))
     if judge is None:
         raise fail("--evaluator none cannot rate episodes")
     tune_gc_for_batch()

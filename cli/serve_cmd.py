@@ -19,11 +19,11 @@ from sotopia_env.cli.options import (
     ApiBase,
     ScenariosDir,
     Store,
-    api_base_value,
-    api_base_values,
+    model_servers,
     served_hosts_or_fail,
 )
 from sotopia_env.cli.view_cmd import port_free
+from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 
 
 def serve(
@@ -42,13 +42,14 @@ def serve(
         help="Serve without a token (loopback only): every local user and process may then run models on your keys.",
     ),
     allowed_host: list[str] = AllowedHost,
-    concurrency: int = typer.Option(8, "--concurrency", min=1, max=1024, help="Simulations played at once."),
+    concurrency: int = typer.Option(
+        DEFAULT_CONCURRENCY, "--concurrency", min=1, max=MAX_CONCURRENCY, help="Simulations played at once."
+    ),
     api_base: list[str] = ApiBase,
     allow_api_base: list[str] = typer.Option(
         None,
         "--allow-api-base",
         metavar="URL_PREFIX",
-        callback=api_base_values,
         help="A model server a request's api_base may name besides the --api-base ones (repeatable): URLs under "
         "this prefix (same scheme, host and port). The server's API keys go to these servers.",
     ),
@@ -80,6 +81,7 @@ def serve(
     from sotopia_env.library import LibraryError
     from sotopia_env.server.security import TOKEN_ENV, bind_allowed
 
+    servers, allowed_servers = model_servers(api_base), model_servers(allow_api_base, "--allow-api-base")
     token = token or os.environ.get(TOKEN_ENV) or None
     if no_token and token:
         raise fail(f"--no-token and a token (--token or ${TOKEN_ENV}) contradict each other; drop one")
@@ -94,8 +96,8 @@ def serve(
             store,
             token=token,
             concurrency=concurrency,
-            api_base=api_base_value(api_base),
-            allowed_api_bases=allow_api_base or [],
+            api_base=servers,
+            allowed_api_bases=allowed_servers,
             allowed_hosts=hosts,
             allow_code_agents=allow_code_agents,
             library_dir=library_dir,

@@ -14,10 +14,11 @@ a fragment or a ``..`` segment is never covered.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
-from sotopia_env.backends.endpoints import split_api_bases
+from sotopia_env.backends.endpoints import ApiBase, ModelServers
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 HINT = "the operator lists the model servers a request may name with serve --api-base or --allow-api-base URL_PREFIX"
@@ -43,22 +44,28 @@ def covered_by(url: str, prefix: str) -> bool:
 
 @dataclass(frozen=True)
 class AllowedModelServers:
-    """``default``: ``serve --api-base`` (joined by commas; None: each spec's provider). ``prefixes``:
-    ``--allow-api-base``. Both may be named by a request."""
+    """``default``: ``serve --api-base`` (None: each spec's provider). ``prefixes``: ``--allow-api-base``. A request
+    may name servers under either."""
 
-    default: str | None = None
+    default: ModelServers | None = None
     prefixes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, default: ApiBase, prefixes: ApiBase | Sequence[str] = None) -> AllowedModelServers:
+        """From the operator's values (servers, a URL, a comma list, or a list); ``ValueError`` for a bad URL."""
+        allowed = ModelServers.parse(prefixes)
+        return cls(ModelServers.parse(default), allowed.urls if allowed else ())
 
     @property
     def allowed(self) -> list[str]:
-        return [*split_api_bases(self.default), *self.prefixes]
+        return [*(self.default.urls if self.default else ()), *self.prefixes]
 
-    def for_request(self, api_base: str | None) -> str | None:
+    def for_request(self, api_base: ModelServers | None) -> ModelServers | None:
         """The servers a request's episodes call: its ``api_base`` when every URL of it is allowed, the default when
         it names none; else ``ValueError``, one line that names the URL and the option."""
         if api_base is None:
             return self.default
-        for url in split_api_bases(api_base):
+        for url in api_base.urls:
             if not any(covered_by(url, prefix) for prefix in self.allowed):
                 raise ValueError(f"api_base: {url[:200]!r} is not a model server this server may call; {HINT}")
         return api_base

@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.library import load_library
 from sotopia_env.server import benchmarks, library_routes, pages, simulation_routes
@@ -42,8 +43,8 @@ def create_server(
     *,
     token: str | None = None,
     concurrency: int = 8,
-    api_base: str | None = None,
-    allowed_api_bases: Sequence[str] = (),
+    api_base: ApiBase = None,
+    allowed_api_bases: ApiBase | Sequence[str] = None,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     allow_code_agents: bool = False,
     library_dir: Path | None = None,
@@ -63,7 +64,7 @@ def create_server(
         st,
         load_library(extra),
         concurrency=concurrency,
-        servers=AllowedModelServers(api_base, tuple(allowed_api_bases)),
+        servers=AllowedModelServers.of(api_base, allowed_api_bases),
         allow_code_agents=allow_code_agents,
         turn_timeout_s=turn_timeout_s,
         max_per_client=max_per_client,

@@ -15,13 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sotopia_env.agents.loading import AgentSpecError, is_custom_spec
 from sotopia_env.agents.rule_partners import check_rule_specs
+from sotopia_env.backends.endpoints import ModelServers
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.job_fields import DEFAULT_MAX_TURNS, DEFAULT_MODEL, MaxTurns, Seed, Tag
 from sotopia_env.evaluator_spec import VERIFIABLE
 from sotopia_env.library import Library, LibraryError
 from sotopia_env.sampler import NoEligibleCharacters, sample_setup
 from sotopia_env.server.allowed_servers import AllowedModelServers
 
-DEFAULT_MODEL = "smollm2-135m"
 HUMAN = "human"
 
 
@@ -36,10 +37,10 @@ class SimulationRequest(BaseModel):
     agents: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1, max_length=8)
     evaluator: str = Field(DEFAULT_MODEL, description="An evaluator spec; a game defaults to its exact outcome.")
     dimensions: str = Field("sotopia", description="'sotopia', 'goal' or a comma list of dimension names.")
-    max_turns: int = Field(20, ge=1, le=200)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    tag: str = Field("serve", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")
-    api_base: str | None = Field(None, max_length=2000, pattern=r"^https?://\S+$")
+    max_turns: MaxTurns = DEFAULT_MAX_TURNS
+    seed: Seed = 0
+    tag: Tag = "serve"
+    api_base: ModelServers | None = Field(None, description="Model servers (a URL, a comma list, or a list).")
 
 
 class RequestRefused(ValueError):
@@ -51,7 +52,7 @@ class Plan:
     setup: EpisodeSetup
     specs: list[str]
     evaluator: str
-    api_base: str | None = None  # the model servers its agents and judge call (checked against the allow-list)
+    api_base: ModelServers | None = None  # the model servers its agents and judge call (from the allow-list)
 
     @property
     def human_seats(self) -> list[str]:

@@ -106,26 +106,15 @@ def test_a_model_server_the_operator_allowed_receives_the_calls(store, server_ke
     assert {h["authorization"] for h in recorder.headers + default.headers} == {f"Bearer {SECRET}"}
 
 
-@pytest.mark.parametrize(
-    ("url", "prefix", "covered"),
-    [
-        ("http://gpu1:8000/v1", "http://gpu1:8000/v1", True),
-        ("http://gpu1:8000/v1/", "http://gpu1:8000/v1", True),
-        ("http://GPU1:8000/v1/x", "http://gpu1:8000/", True),
-        ("http://gpu1:80/v1", "http://gpu1/", True),
-        ("http://gpu1:8000/v10", "http://gpu1:8000/v1", False),
-        ("http://gpu1:8000.evil.example.com/v1", "http://gpu1:8000/v1", False),
-        ("http://gpu1:8000@evil.example.com/v1", "http://gpu1:8000/v1", False),
-        ("http://gpu1.evil.example.com:8000/v1", "http://gpu1:8000/v1", False),
-        ("https://gpu1:8000/v1", "http://gpu1:8000/v1", False),
-        ("http://gpu1:8001/v1", "http://gpu1:8000/v1", False),
-        ("http://gpu1:8000/v1/../admin", "http://gpu1:8000/v1", False),
-        ("http://gpu1:8000/v1?to=evil", "http://gpu1:8000/v1", False),
-        ("http://gpu1:99999/v1", "http://gpu1:8000/v1", False),
-    ],
-)
-def test_a_url_is_covered_only_by_its_own_server_and_path(url: str, prefix: str, covered: bool) -> None:
-    assert covered_by(url, prefix) is covered
+def test_a_url_is_covered_only_by_its_own_server_and_path() -> None:
+    prefix = "http://gpu1:8000/v1"
+    covered = [prefix, f"{prefix}/", "http://GPU1:8000/v1/x"]
+    tricks = ["http://gpu1:8000/v10", "http://gpu1:8000.evil.example.com/v1", "http://gpu1:8000@evil.example.com/v1"]
+    tricks += ["http://gpu1.evil.example.com:8000/v1", "https://gpu1:8000/v1", "http://gpu1:8001/v1"]
+    tricks += [f"{prefix}/../admin", f"{prefix}?to=evil", "http://gpu1:99999/v1"]
+    assert [url for url in covered if not covered_by(url, prefix)] == []
+    assert [url for url in tricks if covered_by(url, prefix)] == []
+    assert covered_by("http://gpu1:80/v1", "http://gpu1/") and covered_by("http://gpu1/v1", "http://gpu1:80")
 
 
 def test_a_foreign_host_is_a_400_on_http_and_on_the_websocket_for_server_and_viewer(store) -> None:
@@ -202,6 +191,7 @@ def test_no_token_is_for_loopback_only_and_host_names_are_checked(store, monkeyp
     ]
     for args, message in cases:
         result = runner.invoke(cli, serve + args)
-        assert result.exit_code in (1, 2) and message in result.output, (args, result.output)
+        shown = " ".join(result.output.replace("│", " ").split())  # a usage error's box, unwrapped
+        assert result.exit_code in (1, 2) and message in shown, (args, result.output)
     result = runner.invoke(cli, ["view", "--store", store.url, "--allowed-host", "a*b"])
     assert result.exit_code == 1 and "--allowed-host 'a*b'" in result.output

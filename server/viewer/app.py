@@ -82,7 +82,8 @@ def add_error_pages(app: FastAPI, v: Viewer) -> None:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())[1:])
-        return answer(request, 422, f"{where}: {first.get('msg', 'invalid request')}")
+        message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")  # a validator's own line
+        return answer(request, 422, f"{where}: {message}" if where else message)
 
     async def store_down(request: Request, exc: Exception) -> Response:
         return answer(request, 503, str(exc))
