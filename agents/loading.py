@@ -22,6 +22,7 @@ from typing import Any
 
 from sotopia_env.agents.base import Agent
 from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.errors import UserError
 
 RULE_PARTNER = "rule-partner"
@@ -137,7 +138,7 @@ def load_custom_agent(spec: str, **kwargs: Any) -> Agent:
 def load_agent(
     spec: str,
     settings: GenerationSettings | None = None,
-    api_base: str | None = None,
+    api_base: ApiBase = None,
     api_key: str | None = None,
     constrained: bool = True,
     **backend_options: Any,

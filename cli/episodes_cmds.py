@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import check_output_file, console, fail, user_errors
-from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
+from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, model_servers
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
@@ -218,14 +218,14 @@ def evaluate(
     if judge:
         if evaluator is not None:
             raise fail("give either --evaluator (rate the episodes in place) or --judge (compare judges), not both")
-        base = api_base_value(api_base)
+        base = model_servers(api_base)
         compare_judges(tag, judge, swap_seats, dimensions, base, not unrated, concurrency, store, resamples, json_out)
         return
     if swap_seats or json_out is not None:
         raise fail("--swap-seats and --json go with --judge")
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
-        judge_ = make_evaluator(evaluator or "smollm2-135m", dimensions, api_base_value(api_base))
+        judge_ = make_evaluator(evaluator or "smollm2-135m", dimensions, model_servers(api_base))
     if judge_ is None:
         raise fail("--evaluator none cannot rate episodes")
     tune_gc_for_batch()

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import console, fail
-from sotopia_env.cli.options import ApiBase, ScenariosDir, api_base_value
+from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
 from sotopia_env.cli.view_cmd import port_free
 
 
@@ -57,7 +57,7 @@ def openenv(
     if not (is_loopback(host) or public):
         raise fail(f"refusing to listen on {host}: OpenEnv's client sends no token; pass --public to do it anyway")
     try:
-        maker = SessionMaker(load_library([str(p) for p in scenarios_dir or []]), api_base_value(api_base))
+        maker = SessionMaker(load_library([str(p) for p in scenarios_dir or []]), model_servers(api_base))
         app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker)
     except (LibraryError, ValueError) as exc:
         raise fail(str(exc)) from None

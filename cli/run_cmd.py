@@ -19,14 +19,15 @@ from sotopia_env.cli.options import (
     ApiBase,
     Dimensions,
     Evaluator,
+    MaxTurns,
     ScenariosDir,
     Store,
     StoreRetry,
-    api_base_value,
     library,
+    model_servers,
 )
+from sotopia_env.episodes.job_fields import DEFAULT_MODEL
 
-DEFAULT_MODEL = "smollm2-135m"
 VERIFIABLE = "verifiable"
 SMALL_JUDGE_NOTE = (
     "[yellow]note:[/] the judge is the embedded {judge} model, too small to rate: its scores are not meaningful. "
@@ -50,7 +51,7 @@ def run(
         "'rule-player' plays a game by its rules). Default: --agent1 in seat 1, --agent2 in the others.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling, the env and generation."),
-    max_turns: int = typer.Option(20, "--max-turns", min=1, max=1000, help="Truncate after this many turns."),
+    max_turns: int = MaxTurns,
     evaluator: str = Evaluator,
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
@@ -76,6 +77,7 @@ def run(
     from sotopia_env.sampler import NoEligibleCharacters, sample_setup
     from sotopia_env.transcript import render_action
 
+    servers = model_servers(api_base)
     writer = None if no_store else StoreWriter(open_store_or_fail(store, writable=True), tag, store_retry_seconds)
     lib = library(scenarios_dir)
     with user_errors(ValueError, NoEligibleCharacters):
@@ -86,8 +88,8 @@ def run(
         check_rule_specs([setup.scenario], specs, evaluator)
     settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
     with user_errors(AgentSpecError, ValueError, OSError):  # before any output: an error is one line
-        seated = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in specs]
-        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
+        seated = [load_agent(spec, settings=settings, api_base=servers) for spec in specs]
+        judge = make_evaluator(evaluator, dimensions, servers)
     console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
     console.print(setup.scenario.scenario, highlight=False)
     for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):

@@ -32,6 +32,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.observation import Observation as SeatView
 from sotopia_env.training.seat_rows import SeatRow, SeatRowError, SessionMaker, seat_rows
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
@@ -195,7 +196,7 @@ def create_openenv_app(
     judge: str | None = None,
     max_turns: int = 20,
     max_sessions: int = 64,
-    api_base: str | None = None,
+    api_base: ApiBase = None,
     maker: SessionMaker | None = None,
 ):
     """The OpenEnv FastAPI app serving ``scenarios`` (a selector) against ``partner`` with ``judge`` (the

@@ -54,6 +54,7 @@ from sotopia_env.evaluators.base import EpisodeContext, EpisodeRating, Evaluator
 from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
 from sotopia_env.library import Library, load_library
+from sotopia_env.limits import DEFAULT_MAX_TURNS
 from sotopia_env.observation import SeatView, background_for, labels_for
 from sotopia_env.rewards import rating_reward
 from sotopia_env.sampler import sample_setup
@@ -67,7 +68,7 @@ _NONE_ONLY = [ActionType.none.value]
 
 @dataclass
 class EnvConfig:
-    max_turns: int = 20
+    max_turns: int = DEFAULT_MAX_TURNS
     action_order: ActionOrder = "round-robin"
     stale_turns: int = 4
     max_agent_errors: int = 1

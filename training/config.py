@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from sotopia_env.backends.endpoints import join_api_bases
+from sotopia_env.backends.endpoints import ModelServers
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.ray_batch import RayConfig
 from sotopia_env.episodes.store import StoreURLError, store_kind
@@ -108,7 +108,7 @@ class PipelineConfig:
     concurrency: int = 8
     store: str | None = None  # default: SQLite at OUTPUT_DIR/episodes.db
     store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
-    api_base: str | list[str] | None = None  # one server URL, or several (a list or comma-separated): joined on load
+    api_base: ModelServers | None = None  # one server URL, or several (a list or comma-separated): parsed on load
     max_calls: int | None = None  # cap on calls in flight per model (default: one per episode in flight)
     ray: RayConfig | None = None  # episode stages on Ray actors: {address, num_workers, gpus_per_worker, pin_endpoints}
     scenarios_dir: list[str] = field(default_factory=list)
@@ -185,10 +185,6 @@ def _check_values(c: PipelineConfig) -> None:
     ):
         if value < 1:
             raise bad(where, f"must be at least 1, not {value}")
-    try:
-        c.api_base = join_api_bases(c.api_base)
-    except ValueError as exc:
-        raise bad("api_base", str(exc)) from None
     if c.ray is not None and c.ray.num_workers < 1:
         raise bad("ray.num_workers", f"must be at least 1, not {c.ray.num_workers}")
     if c.ray is not None and c.ray.gpus_per_worker < 0:

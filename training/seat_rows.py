@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.agents.base import Agent
 from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, load_agent
+from sotopia_env.backends.endpoints import ApiBase, ModelServers
 from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
 from sotopia_env.evaluators import VERIFIABLE, Evaluator, make_evaluator
@@ -116,9 +117,9 @@ def _passing() -> Agent:
 class SessionMaker:
     """Opens sessions from rows: one library, one evaluator per judge spec (its backend shared by every session)."""
 
-    def __init__(self, library: Library | None = None, api_base: str | None = None) -> None:
+    def __init__(self, library: Library | None = None, api_base: ApiBase = None) -> None:
         self.library = library or load_library()
-        self.api_base = api_base
+        self.api_base = ModelServers.parse(api_base)  # parsed once; every partner and judge gets this value
         self._judges: dict[str, Evaluator | None] = {}
 
     def judge(self, spec: str) -> Evaluator | None:
