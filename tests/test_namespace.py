@@ -100,6 +100,15 @@ def clean_env(folder: Path) -> dict[str, str]:
     return env | {"SOTOPIA_ENV_STORE": str(folder / "e.db"), "COLUMNS": "100"}
 
 
+def python_in(folder: Path, code: str) -> str:
+    """What ``python -c code`` prints, run in ``folder`` (first on its ``sys.path``); it must succeed."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, env=clean_env(folder), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_a_user_agents_package_works_and_their_modules_shadow_nothing(tmp_path: Path) -> None:
     folder = user_folder(tmp_path)
     run = [str(BIN / "sotopia-env"), "run", "--agent1", "agents.mine:Stubborn", "--agent2", "agents.mine:Stubborn"]
@@ -120,11 +129,7 @@ def test_the_python_api_ignores_a_users_training_py(tmp_path: Path) -> None:
         "from sotopia_env.episodes.store import open_store\n"
         "print(open_store().url)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=folder, env=clean_env(folder), capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert "e.db" in result.stdout
+    assert "e.db" in python_in(folder, code)
 
 
 def test_loading_a_custom_agent_does_not_put_the_folder_first(tmp_path: Path, monkeypatch) -> None:
@@ -158,11 +163,7 @@ def test_names_from_before_the_namespace_are_gone(tmp_path: Path) -> None:
         "        print(exc)\n"
         "assert 'training' not in sys.modules and 'agents' not in sys.modules\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=clean_env(tmp_path), capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+    assert python_in(tmp_path, code).splitlines() == [
         "agent spec 'training.experts:ScriptedExpert': module 'training' not found",
         "agent spec 'agents.scripted:ScriptedAgent': module 'agents' not found",
     ]
