@@ -89,7 +89,7 @@ def trainer_of(config: BaseTrainConfig) -> Trainer:
 
 
 register_trainer(
-    Trainer("grpo", "text GRPO", grpo.GRPOStageConfig, grpo.train_grpo, task_names, {}, grpo.grpo_in_pipeline)
+    Trainer("grpo", "text GRPO", grpo.GRPOStageConfig, grpo.train_grpo, task_names, in_pipeline=grpo.grpo_in_pipeline)
 )
 register_trainer(
     Trainer(
