@@ -83,7 +83,7 @@ async def _act(agent: Agent, observation: Observation) -> AgentAction:
 async def run_episode(
     episode: Job | EpisodeLog,
     evaluator: Evaluator | None,
-    writer: StoreWriter | None,
+    writer: StoreWriter | EpisodeStore | None,
     *,
     agents: Sequence[Agent] | AgentFactory | None = None,
     tag: str = "",
@@ -99,6 +99,10 @@ async def run_episode(
     limit) is held while playing and rating, not while storing: a write being retried never holds
     up the rest of the batch. Returns the log, whether it was stored or spilled.
 
+    ``writer`` is a batch's ``StoreWriter`` (retries, then spills; the batch reports what it spilled), or a store
+    (``open_store``): then the episode is written through a ``StoreWriter`` of its own, and an episode it had to
+    spill raises ``EpisodesSpilled`` (naming the file) after it is saved there.
+
     ``claim`` (``run_batch`` passes one): the combination is claimed in the store once the slot is held,
     and released after the store step. When another driver holds it, or has stored it, nothing is played and
     the return is None (``claim.outcome`` says which).
@@ -113,9 +117,14 @@ async def run_episode(
             if claim is not None:
                 await claim.release()
             raise
+    own_writer = writer is not None and not isinstance(writer, StoreWriter)
+    if own_writer:
+        writer = StoreWriter(writer, tag)
     try:
         if writer is not None:
             await writer.put(log)
+            if own_writer:
+                writer.finish()
     finally:
         if claim is not None:
             await claim.release()

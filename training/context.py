@@ -188,10 +188,10 @@ def _served(policy: str | None, served: AgentFactory, others: AgentFactory) -> A
     return lambda spec, seat: served(SERVED_MODEL, seat) if spec == policy else others(spec, seat)
 
 
-def release_backends(specs: set[str], keep: object = None) -> None:
-    """Free the shared backends of ``specs`` (except the evaluator's) and the memory they held."""
+def release_backends(specs: set[str] | None, keep: object = None) -> None:
+    """Free the shared backends of ``specs`` (all when None), except the evaluator's, and the memory they held."""
     from sotopia_env.backends import resolve
-    from sotopia_env.training.trainer import release_memory
+    from sotopia_env.training.model_setup import release_memory
 
     resolve.release_backends(specs, keep=getattr(keep, "backend", None))
     release_memory()
