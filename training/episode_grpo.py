@@ -67,7 +67,13 @@ from sotopia_env.training.episode_rollouts import (
     play_many,
     policy_backend,
 )
-from sotopia_env.training.model_setup import CHECKPOINTS_DIR, cpu_autocast, release_memory, save_model_spec
+from sotopia_env.training.model_setup import (
+    CHECKPOINTS_DIR,
+    cpu_autocast,
+    release_memory,
+    save_model_spec,
+    weights_placement,
+)
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
@@ -181,7 +187,8 @@ class Batch:
     width: int  # the longest completion
 
 
-def pack(samples: Sequence[Sample], pad_id: int) -> Batch:
+def pack(samples: Sequence[Sample], pad_id: int, device: Any = None) -> Batch:
+    """``samples`` as one left-padded ``Batch`` on ``device`` (the model's)."""
     import torch
 
     length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
@@ -195,14 +202,14 @@ def pack(samples: Sequence[Sample], pad_id: int) -> Batch:
         loss.append([0] * lead + [1] * len(s.completion_ids))
         old.append([0.0] * lead + s.logprobs)
         sampler.append([0.0] * lead + s.sampler_logprobs)
-    attention_mask = torch.tensor(attention)
+    attention_mask = torch.tensor(attention, device=device)
     return Batch(
-        input_ids=torch.tensor(ids),
+        input_ids=torch.tensor(ids, device=device),
         attention_mask=attention_mask,
         position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
-        loss_mask=torch.tensor(loss, dtype=torch.float32),
-        old_logprobs=torch.tensor(old),
-        sampler_logprobs=torch.tensor(sampler),
+        loss_mask=torch.tensor(loss, dtype=torch.float32, device=device),
+        old_logprobs=torch.tensor(old, device=device),
+        sampler_logprobs=torch.tensor(sampler, device=device),
         width=width,
     )
 
@@ -276,12 +283,12 @@ def policy_loss(
     of the prompt prefix every sample shares, run once (``shared_prefix``)."""
     import torch
 
-    batch = pack(samples, pad_id=0)
+    batch = pack(samples, pad_id=0, device=model.device)
     mask = batch.loss_mask
     logp, entropy = sample_logprobs(model, samples, batch, shared, config.temperature, with_entropy=True)
     log_ratio = logp - batch.old_logprobs
     ratio = torch.exp(log_ratio)
-    adv = torch.tensor(list(advantages), dtype=logp.dtype).unsqueeze(1)
+    adv = torch.tensor(list(advantages), dtype=logp.dtype, device=logp.device).unsqueeze(1)
     clipped_ratio = torch.clamp(ratio, 1 - config.epsilon, 1 + config.epsilon_high)
     surrogate = torch.maximum(-adv * ratio, -adv * clipped_ratio)
     weight = torch.exp(batch.old_logprobs - batch.sampler_logprobs).clamp(max=config.importance_sampling_cap)
@@ -397,16 +404,25 @@ def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
 
 
 def load_policy(config: EpisodeGRPOConfig) -> tuple[Any, Any, bool, bool]:
-    """``(model, tokenizer, bf16, qlora)``: the base model with the adapter being trained (a continued one, or a
-    new LoRA), and, when ``beta > 0`` and an adapter is continued, a frozen copy of it named ``ref``."""
+    """``(model, tokenizer, bf16, qlora)``: the base model on this process's GPU when there is one
+    (``model_setup.placement``) with the adapter being trained (a continued one, or a new LoRA), and, when
+    ``beta > 0`` and an adapter is continued, a frozen copy of it named ``ref``."""
     from peft import PeftModel, get_peft_model
 
     from sotopia_env.embedded_models import resolve_model_path
-    from sotopia_env.training.model_setup import adapter_setup, decide_precision, load_model, load_tokenizer
+    from sotopia_env.training.model_setup import (
+        adapter_setup,
+        decide_precision,
+        load_model,
+        load_tokenizer,
+        placement,
+    )
 
     bf16, qlora = decide_precision(config)
     tokenizer = load_tokenizer(resolve_model_path(config.base_model), config.init_adapter)
     model = load_model(resolve_model_path(config.base_model), bf16, qlora, config.gradient_checkpointing)
+    if not qlora:  # (4-bit weights were loaded onto the GPU already)
+        model = model.to(placement(bf16)[0])
     model, lora = adapter_setup(model, config)
     if lora is not None:
         model = get_peft_model(model, lora)
@@ -506,6 +522,7 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
         resumed_from=resumed_from,
         qlora=qlora,
         bf16=bf16,
+        placement=weights_placement(model),
         log=log,
     )
     result.save(out / RESULT_FILE)

@@ -39,6 +39,7 @@ from sotopia_env.training.model_setup import (
     release_memory,
     save_adapter_spec,
     training_args,
+    weights_placement,
 )
 from sotopia_env.training.rl.tasks import RewardFunc, build_task
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
@@ -189,6 +190,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
         resumed_from=resume,
         qlora=qlora,
         bf16=bf16,
+        placement=weights_placement(trainer.model),
         log=log,
     )
     finish(trainer, result, out / RESULT_FILE)

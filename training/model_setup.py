@@ -92,6 +92,25 @@ def cpu_autocast(bf16: bool) -> Any:
     return contextlib.nullcontext()
 
 
+def placement(bf16: bool) -> tuple[Any, Any]:
+    """``(device, dtype)`` of a trainer's model: this process's GPU when there is one (cuda > mps > cpu, the
+    local backend's ``pick_device``), its weights in bf16 there when ``bf16``, else float32 (a CPU's bf16 is
+    autocast over float32 weights). TRL's trainers move the model to the same device themselves; our own loop
+    (episode GRPO) moves it here."""
+    import torch
+
+    from sotopia_env.backends.devices import pick_device
+
+    device = pick_device()
+    return device, torch.bfloat16 if bf16 and device.type == "cuda" else torch.float32
+
+
+def weights_placement(model: Any) -> str:
+    """Where ``model``'s weights are and their dtype, in words: ``"cuda:0 bfloat16"``, ``"cpu float32"``."""
+    weights = next(model.parameters())
+    return f"{weights.device} {str(weights.dtype).removeprefix('torch.')}"
+
+
 def load_tokenizer(path: str, adapter: str | None = None):
     from transformers import AutoTokenizer
 
@@ -108,7 +127,7 @@ def load_model(path: str, bf16: bool, qlora: bool, gradient_checkpointing: bool)
     import torch
     from transformers import AutoModelForCausalLM
 
-    dtype = torch.bfloat16 if bf16 and cuda_available() else torch.float32
+    _, dtype = placement(bf16)
     if not qlora:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     from peft import prepare_model_for_kbit_training

@@ -23,6 +23,7 @@ class GRPOResult:
     resumed_from: str | None = None
     qlora: bool = False
     bf16: bool = False
+    placement: str = ""  # where the model's weights were and their dtype: "cuda:0 bfloat16", "cpu float32"
     log: list[dict[str, Any]] = field(default_factory=list)  # every step's log line (TRL's, or episode GRPO's)
 
     @property

@@ -76,6 +76,7 @@ from transformers import (
 
 from sotopia_env.backends import prefix_cache
 from sotopia_env.backends.base import ChatRequest, Completion, describe, prompt_text
+from sotopia_env.backends.devices import pick_device, pick_dtype
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
 from sotopia_env.model_ref import read_model_ref
@@ -755,28 +756,6 @@ class _RowLimits(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.prompt_len
         return cast(torch.BoolTensor, (self.limits <= generated).to(input_ids.device))
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    if device != "auto":
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """bf16 on CUDA, float32 elsewhere, unless asked otherwise (``"bfloat16"``, ``torch.float16``, ...)."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype is None or dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    value = getattr(torch, dtype.removeprefix("torch."), None)
-    if not isinstance(value, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    return value
 
 
 def _stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
