@@ -207,7 +207,7 @@ def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
     dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)])
     config = TrainConfig(
         base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
-        num_epochs=args.bc_epochs, batch_size=8, max_length=1024, save_steps=1000, seed=seed, progress=False,
+        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed, progress=False,
     )  # fmt: skip
     result = train(dataset, config)
     won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
@@ -231,7 +231,7 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace, seed: int) -> dict:
     base, adapter = read_model_ref(str(bc))
     config = TrainConfig(
         base_model=base, init_adapter=adapter, output_dir=str(out), learning_rate=args.bc_lr / 2, num_epochs=2,
-        batch_size=8, max_length=1024, save_steps=1000, seed=seed, progress=False,
+        batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed, progress=False,
     )  # fmt: skip
     result = train(dataset, config)
     return {"note": f"{result.examples} turns of {len(logs)} self-play episodes, {result.steps} steps"}
