@@ -17,7 +17,8 @@ reuses what is there, episode by episode):
 
 - ``base``: the embedded SmolLM2-135M-Instruct (untrained: one evaluation, no seed).
 - ``bc``: ``VerifiableExpert`` plays every ``verifiable:train`` instance against ``rule-partner``; its turns in the
-  episodes it won become SFT examples (the prompts ``LLMAgent`` sends); a LoRA is trained on them (seed S).
+  episodes it won become SFT examples (the prompts ``LLMAgent`` sends); a LoRA is trained on them (seed S;
+  micro-batches of 2, 4 accumulated: the effective batch of 8 at a quarter of the memory).
 - ``sr``: BC + one SR round (SOTOPIA-pi): the BC policy plays every train instance ``--sr-samples`` times, the
   episodes are filtered as the SR stage filters them (best per scenario and seat, goal >= 1) and trained on.
 - ``grpo``: episode GRPO (``training.episode_grpo``) for ``--steps`` steps from the BC adapter.
@@ -207,7 +208,8 @@ def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
     dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)])
     config = TrainConfig(
         base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
-        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed, progress=False,
+        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed,
+        progress=False,
     )  # fmt: skip
     result = train(dataset, config)
     won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
