@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _stages import timed
 
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "grpo-lr0")
@@ -117,16 +118,16 @@ def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
     )  # fmt: skip
 
 
-def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float) -> list:
-    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner: a list of
-    ((instance id, seed), episode)."""
+def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float, **kw) -> list:
+    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner (``kw``: other
+    rollout settings, such as ``role`` and ``partner``): a list of ((instance id, seed), episode)."""
     from dataclasses import replace
 
     from sotopia_env.backends.local import LocalBackend
     from sotopia_env.training.episode_grpo import make_rollout
     from sotopia_env.training.episode_rollouts import play_many
 
-    rollout = make_rollout(rollout_config(args, scenarios), spec)
+    rollout = make_rollout(rollout_config(args, scenarios, **kw), spec)
     rollout.settings = replace(rollout.settings, temperature=temperature)
     starts = [(s, seed) for s in rollout.setups for seed in seeds]
     backend = LocalBackend.from_spec(spec, max_batch_size=args.batch)
@@ -336,23 +337,6 @@ def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
     if row is not None:
         settings["overrides"] = dict(row.overrides)
     return settings
-
-
-def timed(trainer) -> dict:
-    """``trainer()``'s summary with its wall time and peak RSS (and GPU memory)."""
-    import torch
-
-    from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
-
-    reset_peak_rss()
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    summary = trainer()
-    summary.update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
-    if torch.cuda.is_available():
-        summary["note"] += f"; peak GPU memory {torch.cuda.max_memory_allocated() >> 20} MiB"
-    return summary
 
 
 # -- the statistics ---------------------------------------------------------------------------------------------------
