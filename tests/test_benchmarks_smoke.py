@@ -115,3 +115,20 @@ def test_game_rl_benchmark_runs_on_the_embedded_model(embedded_model_path: str) 
     assert "### Game RL: proposer in negotiation-hackathon-prize" in out and "load average" in out
     rows = [line for line in out.splitlines() if line.startswith(("| base", "| grpo"))]
     assert len(rows) == 2 and all(line.split("|")[6].strip() == "0" for line in rows)  # every game rated
+
+
+@pytest.mark.model
+def test_gpu_smoke_dry_run_gives_every_stage_a_row_on_the_cpu(embedded_model_path: str, tmp_path: Path) -> None:
+    """``gpu_smoke.py --cpu`` (about a minute): SmolLM2-135M's shape, shrunk, random weights; generation, 2 episode
+    GRPO steps and 2 TRL environment steps, each in its own process, in one table with where the model was."""
+    script = str(ROOT / "benchmarks" / "gpu_smoke.py")
+    subprocess.run([sys.executable, script, "--prepare", str(tmp_path / "shape")], check=True, timeout=60)
+    assert not list((tmp_path / "shape").glob("*.safetensors"))  # the shape travels without weights
+    cmd = [sys.executable, script, "--cpu", "--shape", str(tmp_path / "shape"), "--out", str(tmp_path / "out")]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "### GPU smoke test: shape's architecture, 2 layers, 64 wide (--cpu), RANDOM weights" in result.stdout
+    rows = {line.split("|")[1].strip(): line.split("|") for line in result.stdout.splitlines() if line.startswith("| ")}
+    for stage in ("generation", "episode_grpo", "trl_env"):
+        assert rows[stage][5].strip() == "cpu float32"  # the device and dtype the stage's model was on
+        assert float(rows[stage][2]) > 0 and float(rows[stage][3]) > 0  # step time, tokens per second

@@ -393,6 +393,7 @@ def test_episode_grpo_steps_then_resume_continues_the_log(tmp_path, tmp_path_fac
     spec = tiny_model_spec(tmp_path_factory)
     first = train_episode_grpo(_config(tmp_path, spec))
     assert first.task == "episodes" and first.steps == 2 and first.resumed_from is None
+    assert first.placement == "cpu float32"  # no GPU here: the CPU, fp32 weights (bf16 would be autocast)
     assert [row["step"] for row in first.log] == [1, 2]
     for row in first.log:
         assert row["episodes"] == 2 and row["unrated"] == 0 and row["reward"] is not None and row["turns"] <= 2

@@ -73,6 +73,7 @@ def test_social_r1_gives_none_when_the_judge_cannot_rate():
 def test_two_grpo_steps_on_each_task_leave_a_model_spec(task, tmp_path, tiny_model_dir):
     result = train_grpo(_config(tmp_path, tiny_model_dir, task, save_steps=50))
     assert result.steps == 2 and result.task == task and result.prompts == 2
+    assert result.placement == "cpu float32"  # TRL placed it: no GPU here
     out = Path(result.model_dir)
     ref = json.loads((out / "sotopia_model.json").read_text())
     assert ref["adapter"] == "adapter" and (out / "adapter" / "adapter_model.safetensors").is_file()
