@@ -82,3 +82,29 @@ def test_the_example_accelerate_configs_load():
     assert zero2.distributed_type == "DEEPSPEED" and zero2.deepspeed_config["zero_stage"] == 2
     fsdp = load_config_from_file(str(ROOT / "examples" / "accelerate" / "fsdp.yaml"))
     assert fsdp.distributed_type == "FSDP" and fsdp.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+
+
+def test_episode_grpo_under_two_processes_trains_on_the_main_one_only(tmp_path, tmp_path_factory):
+    """Our own loop has no data parallelism: under ``accelerate launch`` the main process trains, the other rank
+    waits and then reports the main process's result (both would otherwise play and write into one output_dir)."""
+    config = tmp_path / "episodes.yaml"
+    settings = dict(
+        task="episodes", base_model=tiny_model_spec(tmp_path_factory), output_dir=str(tmp_path / "rl"),
+        scenarios="verifiable:train", partner="rule-partner", evaluator="verifiable", group_size=2, groups_per_step=1,
+        max_steps=1, max_turns=2, max_completion_length=8, dynamic_sampling=False, seed=0,
+    )  # fmt: skip
+    config.write_text(yaml.safe_dump(settings))
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    launch = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()), str(Path(sys.executable).with_name("sotopia-env")), "train", "run",
+        str(config),
+    ]  # fmt: skip
+    done = subprocess.run(launch, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert output.count("episode GRPO") == 1, output[-5000:]  # one progress bar: one rank played and trained
+    assert output.count(f"model spec in {tmp_path / 'rl'}") == 2  # both ranks end with its result
+    result = json.loads((tmp_path / "rl" / "grpo_result.json").read_text())
+    assert result["steps"] == 1 and [row["step"] for row in result["log"]] == [1]

@@ -447,7 +447,18 @@ def load_policy(config: EpisodeGRPOConfig) -> tuple[Any, Any, bool, bool]:
 
 
 def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
-    """GRPO on whole episodes; see the module docstring."""
+    """GRPO on whole episodes; see the module docstring. Under ``accelerate launch`` the main process trains alone
+    (this loop has no data parallelism: every rank would play and write into one ``output_dir``); the other ranks
+    wait for it at a barrier, then return the result it wrote."""
+    from sotopia_env.training.distributed import main_process_first
+
+    with main_process_first() as main:
+        result = train_in_this_process(config) if main else None
+    return result or GRPOResult.load(Path(config.output_dir) / RESULT_FILE)
+
+
+def train_in_this_process(config: EpisodeGRPOConfig) -> GRPOResult:
+    """The loop itself, in this process."""
     import torch
     from transformers import get_scheduler
 

@@ -37,6 +37,11 @@ class GRPOResult:
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
 
+    @classmethod
+    def load(cls, path: Path) -> GRPOResult:
+        """The result ``save`` wrote (another rank's, under ``accelerate launch``)."""
+        return cls(**json.loads(path.read_text()))
+
     def dataset(self) -> str:
         """What it trained on, in words (task ``episodes``: its ``prompts`` are group starts)."""
         return f"{self.task}: {self.prompts} {'starts' if self.task == 'episodes' else 'prompts'}"
