@@ -210,7 +210,10 @@ def stage_trl_env(model: str, tiny: bool, work: Path) -> dict[str, Any]:
         "tokens_per_s": tokens / sum(timer.times),
         "peak_memory": _peak_memory(),
         "placement": weights_placement(trainer.model),
-        "what": f"{len(timer.times)} steps of {batch} rollouts ({group} per start); tokens/s: TRL's num_tokens",
+        "what": (
+            f"{len(timer.times)} steps of {batch} rollouts ({group} per start); "
+            "tokens/s: TRL's num_tokens (prompts and completions)"
+        ),
     }
 
 
