@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import console, fail
+from sotopia_env.cli.listen import bind_or_fail, serve_on
 from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
-from sotopia_env.cli.view_cmd import port_free
 
 
 def openenv(
@@ -43,7 +43,7 @@ def openenv(
 ) -> None:
     """Serve scenarios on OpenEnv's protocol: one episode per WebSocket session, for OpenEnv's client and trainers."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the extra is there)
 
         from sotopia_env.server.openenv_app import create_openenv_app
     except ImportError as exc:
@@ -61,8 +61,7 @@ def openenv(
         app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker)
     except (LibraryError, ValueError) as exc:
         raise fail(str(exc)) from None
-    if not port_free(host, port):
-        raise fail(f"cannot listen on {host}:{port}: the address is in use or not available; try another --port")
+    sock = bind_or_fail(host, port)
     shown = f"[{host}]" if ":" in host else host
     console.print(f"OpenEnv server for {scenarios!r} at http://{shown}:{port} (WebSocket /ws; Ctrl-C to stop)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve_on(sock, app)

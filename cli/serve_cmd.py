@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import console, fail
+from sotopia_env.cli.listen import bind_or_fail, serve_on
 from sotopia_env.cli.options import (
     AllowedHost,
     ApiBase,
@@ -22,7 +23,6 @@ from sotopia_env.cli.options import (
     model_servers,
     served_hosts_or_fail,
 )
-from sotopia_env.cli.view_cmd import port_free
 from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 
 
@@ -69,7 +69,7 @@ def serve(
 ) -> None:
     """Serve the API, the simulations' live streams, the viewer and human play pages."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the extra is there)
 
         from sotopia_env.server import create_server
     except ImportError as exc:
@@ -107,8 +107,7 @@ def serve(
         )
     except (StoreError, LibraryError) as exc:
         raise fail(str(exc)) from None
-    if not port_free(host, port):
-        raise fail(f"cannot listen on {host}:{port}: the address is in use or not available; try another --port")
+    sock = bind_or_fail(host, port)
     local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # a wildcard's URL: one its Host check answers
     url = f"http://{f'[{local}]' if ':' in local else local}:{port}/"
     auth = f"\nopen {url}?token={token}" if made else (" (token required)" if token else " (no token)")
@@ -120,4 +119,4 @@ def serve(
     from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
     tune_gc_for_batch()  # a server is a long batch: the imports frozen, young collections less often
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets-sansio")
+    serve_on(sock, app, ws="websockets-sansio")
