@@ -13,7 +13,7 @@ import typer
 
 from sotopia_env.cli.common import console, fail
 from sotopia_env.cli.listen import bind_or_fail, serve_on
-from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
+from sotopia_env.cli.options import AllowedHost, ApiBase, ScenariosDir, model_servers, served_hosts_or_fail
 
 
 def openenv(
@@ -38,6 +38,7 @@ def openenv(
         help="Allow a non-loopback --host: OpenEnv's client sends no token, so anyone who reaches it "
         "can play (the scenarios, partners and judge stay this server's).",
     ),  # fmt: skip
+    allowed_host: list[str] = AllowedHost,
     api_base: list[str] = ApiBase,
     scenarios_dir: list[Path] = ScenariosDir,
 ) -> None:
@@ -58,7 +59,8 @@ def openenv(
         raise fail(f"refusing to listen on {host}: OpenEnv's client sends no token; pass --public to do it anyway")
     try:
         maker = SessionMaker(load_library([str(p) for p in scenarios_dir or []]), model_servers(api_base))
-        app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker)
+        hosts = served_hosts_or_fail(host, allowed_host, token=None)
+        app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker, allowed_hosts=hosts)
     except (LibraryError, ValueError) as exc:
         raise fail(str(exc)) from None
     sock = bind_or_fail(host, port)
