@@ -23,7 +23,13 @@ from sotopia_env.cli.options import (
     model_servers,
     served_hosts_or_fail,
 )
-from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from sotopia_env.episodes.job_fields import (
+    DEFAULT_CONCURRENCY,
+    HTTP_EPISODES_PER_SCENARIO,
+    HTTP_MAX_TURNS,
+    MAX_CONCURRENCY,
+    MAX_TURNS_LIMIT,
+)
 
 
 def serve(
@@ -60,6 +66,19 @@ def serve(
         300.0, "--turn-timeout", min=1.0, help="Seconds a human seat has for a move; then its turn is 'none'."
     ),
     max_per_client: int = typer.Option(64, "--max-per-client", min=1, help="Queued or running simulations per client."),
+    max_turns: int = typer.Option(
+        HTTP_MAX_TURNS,
+        "--max-turns",
+        min=1,
+        max=MAX_TURNS_LIMIT,
+        help="The most turns a simulation or benchmark over HTTP may ask for (a 422 names the field above it).",
+    ),
+    max_episodes_per_scenario: int = typer.Option(
+        HTTP_EPISODES_PER_SCENARIO,
+        "--max-episodes-per-scenario",
+        min=1,
+        help="The most episodes_per_scenario a benchmark over HTTP may ask for (its concurrency: --concurrency).",
+    ),
     library_dir: Path = typer.Option(
         None,
         "--library-dir",
@@ -104,6 +123,8 @@ def serve(
             scenarios_dir=scenarios_dir,
             turn_timeout_s=turn_timeout,
             max_per_client=max_per_client,
+            max_turns=max_turns,
+            max_episodes_per_scenario=max_episodes_per_scenario,
         )
     except (StoreError, LibraryError) as exc:
         raise fail(str(exc)) from None
