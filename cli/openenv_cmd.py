@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import console, fail
-from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
-from sotopia_env.cli.view_cmd import port_free
+from sotopia_env.cli.listen import bind_or_fail, serve_on
+from sotopia_env.cli.options import AllowedHost, ApiBase, ScenariosDir, model_servers, served_hosts_or_fail
 
 
 def openenv(
@@ -38,12 +38,13 @@ def openenv(
         help="Allow a non-loopback --host: OpenEnv's client sends no token, so anyone who reaches it "
         "can play (the scenarios, partners and judge stay this server's).",
     ),  # fmt: skip
+    allowed_host: list[str] = AllowedHost,
     api_base: list[str] = ApiBase,
     scenarios_dir: list[Path] = ScenariosDir,
 ) -> None:
     """Serve scenarios on OpenEnv's protocol: one episode per WebSocket session, for OpenEnv's client and trainers."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the extra is there)
 
         from sotopia_env.server.openenv_app import create_openenv_app
     except ImportError as exc:
@@ -58,11 +59,11 @@ def openenv(
         raise fail(f"refusing to listen on {host}: OpenEnv's client sends no token; pass --public to do it anyway")
     try:
         maker = SessionMaker(load_library([str(p) for p in scenarios_dir or []]), model_servers(api_base))
-        app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker)
+        hosts = served_hosts_or_fail(host, allowed_host, token=None)
+        app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker, allowed_hosts=hosts)
     except (LibraryError, ValueError) as exc:
         raise fail(str(exc)) from None
-    if not port_free(host, port):
-        raise fail(f"cannot listen on {host}:{port}: the address is in use or not available; try another --port")
+    sock = bind_or_fail(host, port)
     shown = f"[{host}]" if ":" in host else host
     console.print(f"OpenEnv server for {scenarios!r} at http://{shown}:{port} (WebSocket /ws; Ctrl-C to stop)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve_on(sock, app)

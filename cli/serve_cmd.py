@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import console, fail
+from sotopia_env.cli.listen import bind_or_fail, serve_on
 from sotopia_env.cli.options import (
     AllowedHost,
     ApiBase,
@@ -22,8 +23,13 @@ from sotopia_env.cli.options import (
     model_servers,
     served_hosts_or_fail,
 )
-from sotopia_env.cli.view_cmd import port_free
-from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from sotopia_env.episodes.job_fields import (
+    DEFAULT_CONCURRENCY,
+    HTTP_EPISODES_PER_SCENARIO,
+    HTTP_MAX_TURNS,
+    MAX_CONCURRENCY,
+    MAX_TURNS_LIMIT,
+)
 
 
 def serve(
@@ -60,6 +66,19 @@ def serve(
         300.0, "--turn-timeout", min=1.0, help="Seconds a human seat has for a move; then its turn is 'none'."
     ),
     max_per_client: int = typer.Option(64, "--max-per-client", min=1, help="Queued or running simulations per client."),
+    max_turns: int = typer.Option(
+        HTTP_MAX_TURNS,
+        "--max-turns",
+        min=1,
+        max=MAX_TURNS_LIMIT,
+        help="The most turns a simulation or benchmark over HTTP may ask for (a 422 names the field above it).",
+    ),
+    max_episodes_per_scenario: int = typer.Option(
+        HTTP_EPISODES_PER_SCENARIO,
+        "--max-episodes-per-scenario",
+        min=1,
+        help="The most episodes_per_scenario a benchmark over HTTP may ask for (its concurrency: --concurrency).",
+    ),
     library_dir: Path = typer.Option(
         None,
         "--library-dir",
@@ -69,7 +88,7 @@ def serve(
 ) -> None:
     """Serve the API, the simulations' live streams, the viewer and human play pages."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the extra is there)
 
         from sotopia_env.server import create_server
     except ImportError as exc:
@@ -104,11 +123,12 @@ def serve(
             scenarios_dir=scenarios_dir,
             turn_timeout_s=turn_timeout,
             max_per_client=max_per_client,
+            max_turns=max_turns,
+            max_episodes_per_scenario=max_episodes_per_scenario,
         )
     except (StoreError, LibraryError) as exc:
         raise fail(str(exc)) from None
-    if not port_free(host, port):
-        raise fail(f"cannot listen on {host}:{port}: the address is in use or not available; try another --port")
+    sock = bind_or_fail(host, port)
     local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # a wildcard's URL: one its Host check answers
     url = f"http://{f'[{local}]' if ':' in local else local}:{port}/"
     auth = f"\nopen {url}?token={token}" if made else (" (token required)" if token else " (no token)")
@@ -120,4 +140,4 @@ def serve(
     from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
     tune_gc_for_batch()  # a server is a long batch: the imports frozen, young collections less often
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets-sansio")
+    serve_on(sock, app, ws="websockets-sansio")

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import typer
 
 from sotopia_env.cli.common import console, fail
+from sotopia_env.cli.listen import bind_or_fail, serve_on
 from sotopia_env.cli.options import AllowedHost, Store, served_hosts_or_fail
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def view(
@@ -29,7 +19,7 @@ def view(
 ) -> None:
     """Browse episodes, transcripts, scores and reports in your browser (read-only; works offline)."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the extra is there)
 
         from sotopia_env.server.viewer import create_app
     except ImportError as exc:
@@ -43,8 +33,7 @@ def view(
         app = create_app(store, warm=True, allowed_hosts=hosts)
     except StoreError as exc:
         raise fail(str(exc)) from None
-    if not port_free(host, port):
-        raise fail(f"cannot listen on {host}:{port}: the address is in use or not available; try another --port")
+    sock = bind_or_fail(host, port)
     shown = f"[{host}]" if ":" in host else host
     console.print(f"serving {app.state.store.url} at http://{shown}:{port}/  (Ctrl-C to stop)", highlight=False)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve_on(sock, app)

@@ -18,9 +18,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from sotopia_env.backends.endpoints import ModelServers
 from sotopia_env.episodes.job_fields import (
@@ -31,6 +31,7 @@ from sotopia_env.episodes.job_fields import (
     MaxTurns,
     Seed,
     Tag,
+    WholeNumber,
 )
 
 if TYPE_CHECKING:
@@ -78,9 +79,11 @@ class BenchmarkSpec(BaseModel):
         max_length=2000,
         description="all, hard, test, dev, train, a tag, TAG:SPLIT (verifiable:test), or comma ids.",
     )
-    episodes_per_scenario: int = Field(
-        1, ge=1, le=MAX_EPISODES_PER_SCENARIO, description="Character pairings per scenario (each in both seats)."
-    )
+    episodes_per_scenario: Annotated[
+        int,
+        Field(ge=1, le=MAX_EPISODES_PER_SCENARIO, description="Character pairings per scenario (each in both seats)."),
+        WholeNumber,
+    ] = 1
     concurrency: Concurrency = DEFAULT_CONCURRENCY
     max_turns: MaxTurns = DEFAULT_MAX_TURNS
     seed: Seed = 0
@@ -89,8 +92,11 @@ class BenchmarkSpec(BaseModel):
     )
     tag: Tag | None = Field(None, description="Tag for the episodes (default: benchmark-MODEL-vs-PARTNER).")
     api_base: ModelServers | None = Field(None, description="Model servers (a URL, a comma list, or a list).")
-    max_calls: int | None = Field(None, ge=1, le=MAX_CALLS, description="Cap on the LLM calls in flight per model.")
-    rerun_failed: bool = Field(False, description="Rerun the tag's failed or unrated episodes.")
+    max_calls: (
+        Annotated[int, Field(ge=1, le=MAX_CALLS, description="Cap on the LLM calls in flight per model."), WholeNumber]
+        | None
+    ) = None
+    rerun_failed: StrictBool = Field(False, description="Rerun the tag's failed or unrated episodes.")
     protocol: str | None = Field(
         None,
         description="SOTOPIA's published protocol: sotopia-hard or sotopia-all (5 imported character pairs per "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from sotopia_env.limits import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT
 
@@ -17,17 +17,33 @@ DEFAULT_MODEL = "smollm2-135m"  # the embedded model: no key, no server
 DEFAULT_CONCURRENCY = 8  # episodes in flight at once
 MAX_CONCURRENCY = 100_000
 MAX_SEED = 2**31 - 1
+HTTP_MAX_TURNS = 200  # serve's default caps on what an HTTP request may ask (server.caps; serve --max-turns ...)
+HTTP_EPISODES_PER_SCENARIO = 100
 TAG_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
 
-MaxTurns = Annotated[int, Field(ge=1, le=MAX_TURNS_LIMIT, description="Truncate an episode after this many turns.")]
-Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY, description="Episodes in flight at once.")]
-Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+
+def not_a_bool(value: object) -> object:
+    """Refuse ``true``/``false`` where a number is asked (pydantic would take them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"a whole number is expected, not {str(value).lower()}")
+    return value
+
+
+WholeNumber = BeforeValidator(not_a_bool)
+# (the validator after the Field: before it, pydantic's JSON schema says "ge"/"le", not "minimum"/"maximum")
+MaxTurns = Annotated[
+    int, Field(ge=1, le=MAX_TURNS_LIMIT, description="Truncate an episode after this many turns."), WholeNumber
+]
+Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY, description="Episodes in flight at once."), WholeNumber]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED), WholeNumber]
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=TAG_PATTERN, description="The episodes' tag.")]
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
     "DEFAULT_MODEL",
+    "HTTP_EPISODES_PER_SCENARIO",
+    "HTTP_MAX_TURNS",
     "MAX_CONCURRENCY",
     "MAX_SEED",
     "MAX_TURNS_LIMIT",
@@ -35,4 +51,5 @@ __all__ = [
     "MaxTurns",
     "Seed",
     "Tag",
+    "WholeNumber",
 ]

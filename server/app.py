@@ -19,11 +19,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from sotopia_env.backends.endpoints import ApiBase
+from sotopia_env.episodes.job_fields import HTTP_EPISODES_PER_SCENARIO, HTTP_MAX_TURNS
 from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.library import load_library
 from sotopia_env.server import benchmarks, library_routes, pages, simulation_routes
 from sotopia_env.server.allowed_servers import AllowedModelServers
 from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT
+from sotopia_env.server.caps import HttpCaps
+from sotopia_env.server.openapi import describe
 from sotopia_env.server.security import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, Gate
 from sotopia_env.server.simulations import Simulations
 from sotopia_env.server.viewer.app import add_error_pages
@@ -52,11 +55,14 @@ def create_server(
     turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
     max_per_client: int = 64,
     max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_turns: int = HTTP_MAX_TURNS,
+    max_episodes_per_scenario: int = HTTP_EPISODES_PER_SCENARIO,
 ) -> Any:
     """The server's ASGI app (FastAPI behind the gate); ``.app`` is the FastAPI app itself.
 
     ``api_base``: the default model servers; a request may name those and any under ``allowed_api_bases``
-    (URL prefixes), nothing else. ``allowed_hosts``: the ``Host`` names answered (``security.served_hosts``)."""
+    (URL prefixes), nothing else. ``allowed_hosts``: the ``Host`` names answered (``security.served_hosts``).
+    ``concurrency``, ``max_turns``, ``max_episodes_per_scenario``: also the most a request may ask (``HttpCaps``)."""
     st = store if store is not None and not isinstance(store, str) else open_store(store)
     folder = library_dir or default_library_dir()
     extra = [*(scenarios_dir or []), *([folder] if folder.exists() else [])]
@@ -68,6 +74,7 @@ def create_server(
         allow_code_agents=allow_code_agents,
         turn_timeout_s=turn_timeout_s,
         max_per_client=max_per_client,
+        caps=HttpCaps(concurrency, max_turns, max_episodes_per_scenario),
     )
 
     @asynccontextmanager
@@ -99,6 +106,7 @@ def create_server(
     app.include_router(pages.router)
     app.include_router(viewer_router)
     add_error_pages(app, viewer)
+    describe(app, token=token is not None, caps=sims.caps)
 
     @app.get("/api/health", tags=["server"], summary="Liveness, the store, and how many simulations are in flight")
     async def health(request: Request) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 
 from sotopia_env.agents.loading import is_custom_spec
 from sotopia_env.episodes.benchmark import BenchmarkPlan, BenchmarkSpec, plan_benchmark, run_benchmark
+from sotopia_env.server.openapi import NOT_FOUND
 from sotopia_env.server.simulations import Simulations
 
 QUEUE = "benchmarks"
@@ -86,6 +87,7 @@ def _start(app: FastAPI, bench: Benchmark) -> None:
 async def start(request: Request, body: BenchmarkSpec) -> JSONResponse:
     sims = request.app.state.simulations
     try:
+        body = sims.caps.applied(body)
         plan = await asyncio.to_thread(planned, body, sims, sims.allow_code_agents)  # a protocol reads the store
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
@@ -96,7 +98,7 @@ async def start(request: Request, body: BenchmarkSpec) -> JSONResponse:
     return JSONResponse(bench.summary(), status_code=202, headers={"Location": f"/api/benchmarks/{bench.id}"})
 
 
-@router.get("/benchmarks/{bench_id}", summary="A benchmark's progress, then its report")
+@router.get("/benchmarks/{bench_id}", summary="A benchmark's progress, then its report", responses=NOT_FOUND)
 def status(request: Request, bench_id: str) -> dict[str, Any]:
     bench = request.app.state.benchmarks.get(bench_id)
     if bench is None:

@@ -18,6 +18,7 @@ import yaml
 from fastapi import APIRouter, Body, HTTPException, Query, Request
 
 from sotopia_env.library import Library, LibraryError, parse_file
+from sotopia_env.server.openapi import NOT_FOUND
 
 router = APIRouter(prefix="/api", tags=["library"])
 SECTIONS = {"scenarios": "scenarios", "characters": "characters"}
@@ -58,7 +59,7 @@ def scenarios(
     ]
 
 
-@router.get("/scenarios/{scenario_id}", summary="One scenario, whole")
+@router.get("/scenarios/{scenario_id}", summary="One scenario, whole", responses=NOT_FOUND)
 def scenario(request: Request, scenario_id: str) -> dict[str, Any]:
     found = library_of(request).scenarios.get(scenario_id)
     if found is None:

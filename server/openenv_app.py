@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from openenv.core.client_types import StepResult
@@ -34,6 +35,7 @@ from pydantic import Field
 
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.observation import Observation as SeatView
+from sotopia_env.server.security import LOOPBACK_HOSTS, HostCheck
 from sotopia_env.training.seat_rows import SeatRow, SeatRowError, SessionMaker, seat_rows
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
 
@@ -198,15 +200,23 @@ def create_openenv_app(
     max_sessions: int = 64,
     api_base: ApiBase = None,
     maker: SessionMaker | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
 ):
     """The OpenEnv FastAPI app serving ``scenarios`` (a selector) against ``partner`` with ``judge`` (the
-    ``seat_rows`` defaults: rule partners or rule players and the exact judge where the family has them)."""
+    ``seat_rows`` defaults: rule partners or rule players and the exact judge where the family has them).
+
+    In front of it, ``security.HostCheck``, as in front of ``serve``: only the ``Host`` names ``allowed_hosts``
+    lists are answered (400 otherwise, WebSockets included), and a WebSocket or unsafe method from a foreign
+    ``Origin`` is a 403, so a page the user visits cannot drive episodes (partners and a judge that may run on
+    the operator's keys) through DNS rebinding."""
     maker = maker or SessionMaker(api_base=api_base)
     rows = seat_rows(scenarios, seeds=1, partner=partner, judge=judge, max_turns=max_turns, library=maker.library)
-    return create_app(
+    app = create_app(
         lambda: SocialOpenEnv(maker, rows),
         SeatAction,
         SeatObservation,
         env_name=ENV_NAME,
         max_concurrent_envs=max_sessions,
     )
+    app.add_middleware(HostCheck, hosts=list(allowed_hosts))
+    return app

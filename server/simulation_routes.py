@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.server.openapi import NOT_FOUND, error
 from sotopia_env.server.requests import RequestRefused, SimulationRequest
 from sotopia_env.server.simulations import Event, Simulation, Simulations, episode_id_of, events_of
 from sotopia_env.validation import field_problem
@@ -54,7 +55,12 @@ async def _found(request: Request | WebSocket, sim_id: str) -> Simulation | Epis
     return found
 
 
-@router.post("/simulations", status_code=202, summary="Start a simulation; 202 with its id (a durable promise)")
+@router.post(
+    "/simulations",
+    status_code=202,
+    summary="Start a simulation; 202 with its id (a durable promise)",
+    responses={429: error("Too many simulations of this client are queued or running.")},
+)
 async def start(request: Request, body: SimulationRequest) -> JSONResponse:
     sims = simulations_of(request)
     client = client_of(request)
@@ -77,13 +83,25 @@ def listing(request: Request) -> list[dict[str, Any]]:
     return [s.summary() for s in sorted(simulations_of(request).live.values(), key=lambda s: s.created)]
 
 
-@router.get("/simulations/{sim_id}", summary="A simulation's status")
+@router.get(
+    "/simulations/{sim_id}",
+    summary="A simulation's status",
+    description="A cancelled simulation (DELETE) is gone: 404, whose detail says it was cancelled.",
+    responses=NOT_FOUND,
+)
 async def status(request: Request, sim_id: str) -> dict[str, Any]:
     found = await _found(request, sim_id)
     return found.summary() if isinstance(found, Simulation) else _stored_summary(sim_id, found)
 
 
-@router.delete("/simulations/{sim_id}", summary="Cancel a queued or running simulation (nothing is stored)")
+@router.delete(
+    "/simulations/{sim_id}",
+    summary="Cancel a queued or running simulation (nothing is stored)",
+    description="Stops it, drops it from the queue and forgets it: the answer is its last status (cancelled), its "
+    "stream's viewers get an end event (cancelled), and from then on GET and DELETE answer 404. One that has ended "
+    "(its episode stored) cannot be cancelled: 409.",
+    responses={**NOT_FOUND, 409: error("The simulation has ended; its episode is stored.")},
+)
 async def cancel(request: Request, sim_id: str) -> dict[str, Any]:
     found = await _found(request, sim_id)
     if not isinstance(found, Simulation):
@@ -136,7 +154,11 @@ def _seat(sim: Simulation | EpisodeLog, name: str):
     return sim.seats[name]
 
 
-@router.get("/simulations/{sim_id}/seats/{name}", summary="A human seat's own view: whose turn, what it sees")
+@router.get(
+    "/simulations/{sim_id}/seats/{name}",
+    summary="A human seat's own view: whose turn, what it sees",
+    responses=NOT_FOUND,
+)
 async def seat_view(request: Request, sim_id: str, name: str) -> dict[str, Any]:
     sim = await _found(request, sim_id)
     view = _seat(sim, name).view()
@@ -144,7 +166,11 @@ async def seat_view(request: Request, sim_id: str, name: str) -> dict[str, Any]:
     return {**view, "simulation": sim.status, "episode_id": sim.episode_id if sim.status == "done" else None}
 
 
-@router.post("/simulations/{sim_id}/seats/{name}", summary="A human seat's move on its turn")
+@router.post(
+    "/simulations/{sim_id}/seats/{name}",
+    summary="A human seat's move on its turn",
+    responses={**NOT_FOUND, 409: error("It is not this seat's turn.")},
+)
 async def seat_move(request: Request, sim_id: str, name: str) -> dict[str, Any]:
     seat = _seat(await _found(request, sim_id), name)
     try:

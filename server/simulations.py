@@ -38,7 +38,8 @@ from sotopia_env.evaluators import make_evaluator
 from sotopia_env.library import Library
 from sotopia_env.server.allowed_servers import AllowedModelServers
 from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
-from sotopia_env.server.requests import HUMAN, Plan, SimulationRequest, plan
+from sotopia_env.server.caps import CapExceeded, HttpCaps
+from sotopia_env.server.requests import HUMAN, Plan, RequestRefused, SimulationRequest, plan
 from sotopia_env.transcript import Turn
 
 QUEUE = "simulations"
@@ -128,13 +129,15 @@ class Simulations:
         allow_code_agents: bool = False,
         turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
         max_per_client: int = 64,
+        caps: HttpCaps | None = None,
     ) -> None:
         self.store, self.library = store, library
         self.servers, self.allow_code_agents = servers, allow_code_agents
         self.turn_timeout_s, self.max_per_client = turn_timeout_s, max_per_client
         self.slot = asyncio.Semaphore(max(1, concurrency))
+        self.caps = caps or HttpCaps(concurrency)
         self.live: dict[str, Simulation] = {}
-        self.dropped: dict[str, str] = {}  # queued simulations that could not be run again, with the reason
+        self.dropped: dict[str, str] = {}  # cancelled ones, or queued ones not run again: why (a 404 says it)
         self.claims = Claims(store, CLAIM_TAG) if supports_claims(store) else None
         self._renewing: contextlib.AbstractAsyncContextManager[Any] | None = None
 
@@ -145,6 +148,10 @@ class Simulations:
 
     async def submit(self, request: SimulationRequest, client: str = "") -> Simulation:
         """Check, record durably, then start; ``RequestRefused`` (one line) for a request it will not run."""
+        try:
+            request = self.caps.applied(request)
+        except CapExceeded as exc:
+            raise RequestRefused(str(exc)) from None
         chosen = plan(request, self.library, self.allow_code_agents, self.servers)
         sim = Simulation(uuid.uuid4().hex[:16], request, chosen, client)
         body = json.dumps({"request": request.model_dump(mode="json"), "client": client, "created": sim.created})
@@ -266,6 +273,8 @@ class Simulations:
             return None
 
     async def cancel(self, sim_id: str) -> Simulation | None:
+        """Stop a queued or running simulation, drop it from the queue, tell its viewers, and forget it (``find``
+        then answers None, and ``dropped`` says why); an ended one is returned as it is."""
         sim = self.live.get(sim_id)
         if sim is None or sim.ended:
             return sim
@@ -276,6 +285,10 @@ class Simulations:
         await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
         sim.status = "cancelled"
         sim.publish({"type": "end", "status": "cancelled", "episode_id": None, "episode_status": None, "error": None})
+        del self.live[sim_id]
+        self.dropped[sim_id] = f"simulation {sim_id!r} was cancelled (DELETE); nothing was stored"
+        for old in list(self.dropped)[: max(0, len(self.dropped) - MAX_ENDED_IN_MEMORY)]:
+            del self.dropped[old]
         return sim
 
     async def close(self) -> None:

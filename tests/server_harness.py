@@ -3,7 +3,9 @@ process), a scripted model server for its agents, and waiting for a simulation t
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -48,9 +50,12 @@ def server_thread(app: Any) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-def serve_process(port: int, store: str, *extra: str, log: Any = None, token: str | None = None) -> subprocess.Popen:
+def serve_process(
+    port: int, store: str, *extra: str, log: Any = None, token: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """``sotopia-env serve`` as its own process (``--token token`` when given; else as started by default, with a
-    token it makes and prints: ``printed_url``), answering /api/health (200, or 401 without the token) on return."""
+    token it makes and prints: ``printed_url``), answering /api/health (200, or 401 without the token) on return.
+    ``env``: variables set for it on top of this process's."""
     cmd = [
         sys.executable,
         "-c",
@@ -63,7 +68,9 @@ def serve_process(port: int, store: str, *extra: str, log: Any = None, token: st
         *(["--token", token] if token else []),
         *extra,
     ]
-    process = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -81,11 +88,13 @@ def serve_process(port: int, store: str, *extra: str, log: Any = None, token: st
 
 
 @contextmanager
-def serving(port: int, store: str, *extra: str, log_path: Path, token: str | None = None) -> Iterator[str]:
+def serving(
+    port: int, store: str, *extra: str, log_path: Path, token: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """``serve_process`` for the length of a with-block, its output kept in ``log_path``; yields what it printed
     at start (``printed_url`` finds the URL in it)."""
     with log_path.open("w") as log:
-        process = serve_process(port, store, *extra, log=log, token=token)
+        process = serve_process(port, store, *extra, log=log, token=token, env=env)
         try:
             yield log_path.read_text()
         finally:
@@ -108,3 +117,26 @@ def wait_until_ended(client: httpx.Client, sim_id: str, timeout_s: float = 60.0)
             return status
         time.sleep(0.1)
     raise AssertionError(f"simulation {sim_id} did not end within {timeout_s} s: {status}")
+
+
+def websocket_status(base: str, path: str, host: str | None = None, origin: str | None = None) -> tuple[int, bytes]:
+    """The status line and body a raw WebSocket upgrade gets (a client library cannot send a foreign Host)."""
+    port = int(base.rsplit(":", 1)[1])
+    lines = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {host or f'127.0.0.1:{port}'}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+        *([f"Origin: {origin}"] if origin else []),
+    ]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+            if answer.startswith(b"HTTP/1.1 101"):
+                break
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("openenv")
 
 from seat_agents import Whisperer, scripted_policy  # noqa: E402
-from server_harness import server_thread  # noqa: E402
+from server_harness import server_thread, websocket_status  # noqa: E402
 
 from sotopia_env.agents.base import reset_agent  # noqa: E402
 from sotopia_env.env import EnvConfig  # noqa: E402
@@ -127,6 +127,18 @@ def test_http_routes_and_malformed_actions(url):
         asyncio.run(client_episode(url, "verifiable-bargaining-bike", 0, 0))
 
 
+def test_a_foreign_host_or_origin_is_refused_on_http_and_the_websocket(url):
+    """DNS rebinding: a page on another name that points it at 127.0.0.1 cannot reach the episodes (#45)."""
+    evil = "evil.example.com"
+    assert httpx.get(f"{url}/health", headers={"Host": evil}).status_code == 400
+    assert httpx.post(f"{url}/reset", json={}, headers={"Host": evil}).status_code == 400
+    assert websocket_status(url, "/ws", host=evil)[0] == 400
+    assert websocket_status(url, "/ws", origin=f"http://{evil}")[0] == 403
+    assert httpx.post(f"{url}/reset", json={}, headers={"Origin": f"http://{evil}"}).status_code == 403
+    assert websocket_status(url, "/ws")[0] == 101  # loopback, as OpenEnv's client connects: accepted
+    assert httpx.get(f"{url}/health", headers={"Host": "localhost"}).status_code == 200
+
+
 def test_cli_help_and_one_line_refusals():
     from typer.testing import CliRunner
 
@@ -139,6 +151,7 @@ def test_cli_help_and_one_line_refusals():
         (["--host", "0.0.0.0"], "refusing to listen on 0.0.0.0"),
         (["--scenarios", "no-such-scenario"], "unknown scenario id 'no-such-scenario'"),
         (["--scenarios", "multi-party"], "give a partner"),
+        (["--allowed-host", "*"], "only with a token"),
     ]:
         result = runner.invoke(app, ["openenv", *args])
         assert result.exit_code == 1 and reason in result.output, result.output

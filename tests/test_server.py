@@ -3,9 +3,11 @@ the token, limits, and exactly-once across a ``kill -9``. Agents are a scripted 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,6 +204,54 @@ def test_kill_9_mid_simulation_then_restart_completes_it_exactly_once(tmp_path) 
     assert done["status"] == "done"
     assert [e.id for e in final.query(tag="crash")] == [f"sim-{sim_id}"]
     assert len(final.get(f"sim-{sim_id}").turns) == 12
+    assert final.queue_items(QUEUE) == {}
+
+
+def test_kill_9_with_live_streams_restarts_at_once_and_completes_every_queued_simulation(tmp_path) -> None:
+    """Issue #43: the killed server's connections sit in TIME_WAIT, where a bare ``bind`` fails for a minute; the
+    restart listens at once (as fast as a cold start) and plays every queued simulation, each stored once."""
+    db = f"sqlite:///{tmp_path / 'episodes.db'}"
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    auth = {"Authorization": "Bearer restart"}
+    base = f"http://127.0.0.1:{port}"
+    with scripted_models(delay_s=0.1) as models:
+        options = ("--library-dir", str(tmp_path / "lib"), "--api-base", models.base_url, "--concurrency", "1")
+        started = time.monotonic()
+        process = serve_process(port, db, *options, log=log, token="restart")
+        cold_start_s = time.monotonic() - started
+        try:
+            ids = [
+                httpx.post(f"{base}/api/simulations", json=simulation(models, seed=i, tag="restart"), headers=auth)
+                .raise_for_status()
+                .json()["id"]
+                for i in range(4)
+            ]
+            url = base.replace("http://", "ws://") + "/api/simulations/{}/stream"
+            with contextlib.ExitStack() as streams:
+                first, *_ = (
+                    streams.enter_context(ws_client.connect(url.format(i), additional_headers=auth, open_timeout=10))
+                    for i in ids
+                )
+                assert json.loads(first.recv(timeout=30))["type"] == "turn"  # live: the first one is playing
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+            with socket.socket() as bare, pytest.raises(OSError):  # the old check: the port looked taken
+                bare.bind(("127.0.0.1", port))
+            assert sorted(SQLiteStore(db).queue_items(QUEUE)) == sorted(ids)
+            restarted = time.monotonic()
+            process = serve_process(port, db, *options, log=log, token="restart")
+            # it came up on the first try (the old check exited at once: "address in use"), in a cold start's time:
+            # imports dominate, and this machine's load varies, so twice that, plus 2 s
+            assert time.monotonic() - restarted < 2 * cold_start_s + 2.0
+            with httpx.Client(base_url=base, headers=auth, timeout=30) as client:
+                ended = [wait_until_ended(client, i, timeout_s=90)["status"] for i in ids]
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+    final = SQLiteStore(db)
+    assert ended == ["done"] * 4
+    assert sorted(e.id for e in final.query(tag="restart")) == sorted(f"sim-{i}" for i in ids)
     assert final.queue_items(QUEUE) == {}
 
 

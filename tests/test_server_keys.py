@@ -4,7 +4,6 @@ loopback. The model server is a loopback OpenAI-compatible server that records e
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -17,7 +16,14 @@ ws_client = pytest.importorskip("websockets.sync.client", reason="the server's s
 
 import httpx  # noqa: E402
 from conftest import free_port  # noqa: E402
-from server_harness import printed_url, scripted_models, server_thread, serving, wait_until_ended  # noqa: E402
+from server_harness import (  # noqa: E402
+    printed_url,
+    scripted_models,
+    server_thread,
+    serving,
+    wait_until_ended,
+    websocket_status,
+)
 from typer.testing import CliRunner  # noqa: E402
 
 from sotopia_env.cli.main import app as cli  # noqa: E402
@@ -50,29 +56,6 @@ def server_key(monkeypatch: pytest.MonkeyPatch) -> str:
 def simulation(api_base: str | None, **over) -> dict:
     body = {"scenario": SCENARIO, "agents": ["loopback"], "evaluator": "rule-based", "max_turns": 2, "seed": 3}
     return {**body, **({"api_base": api_base} if api_base else {}), **over}
-
-
-def websocket_status(base: str, path: str, host: str | None = None, origin: str | None = None) -> tuple[int, bytes]:
-    """The status line and body a raw WebSocket upgrade gets (a client library cannot send a foreign Host)."""
-    port = int(base.rsplit(":", 1)[1])
-    lines = [
-        f"GET {path} HTTP/1.1",
-        f"Host: {host or f'127.0.0.1:{port}'}",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-        "Sec-WebSocket-Version: 13",
-        *([f"Origin: {origin}"] if origin else []),
-    ]
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-            if answer.startswith(b"HTTP/1.1 101"):
-                break
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 def test_a_model_server_the_operator_did_not_list_gets_nothing(store, server_key) -> None:

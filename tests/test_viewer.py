@@ -380,7 +380,9 @@ def test_view_serves_on_loopback(monkeypatch, sqlite_url):
     from sotopia_env.cli.main import app
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda srv, sockets: seen.update(host=srv.config.host, app=srv.config.app)
+    )
     r = CliRunner().invoke(app, ["view", "--store", sqlite_url, "--port", str(free_port())])
     assert r.exit_code == 0, r.output
     assert seen["host"] == "127.0.0.1" and "serving" in r.output

@@ -9,7 +9,7 @@ Content-Security-Policy forbids both, so the viewer works offline.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sotopia_env.episodes.store import EpisodeStore, StoreError, open_store
+from sotopia_env.server.openapi import allowed_methods, describe
 from sotopia_env.server.security import LOOPBACK_HOSTS, HostCheck
 from sotopia_env.server.viewer.context import Viewer
 from sotopia_env.server.viewer.routes import router
@@ -50,6 +51,7 @@ def create_app(
     app.middleware("http")(read_only)
     app.add_middleware(HostCheck, hosts=allowed_hosts)
     add_error_pages(app, v)
+    describe(app, token=False)
     if warm:
         v.reports.warm()
     return app
@@ -69,14 +71,19 @@ async def read_only(request: Request, call_next: Callable[[Request], Awaitable[R
 def add_error_pages(app: FastAPI, v: Viewer) -> None:
     """Errors as JSON ``{"detail": ...}`` under /api/ (and for the PNG), as an HTML page elsewhere."""
 
-    def answer(request: Request, status: int, message: str) -> Response:
+    def answer(request: Request, status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
         if request.url.path.startswith("/api/") or request.url.path.endswith(".png"):
-            return JSONResponse({"detail": message}, status_code=status)
-        return v.html("error.html", status, status=status, title=TITLES.get(status, "Error"), message=message)
+            return JSONResponse({"detail": message}, status_code=status, headers=headers)
+        page = v.html("error.html", status, status=status, title=TITLES.get(status, "Error"), message=message)
+        page.headers.update(headers or {})
+        return page
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        return answer(request, exc.status_code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette's Allow names one route's methods; the document names the path's
+            headers["Allow"] = allowed_methods(request.app, request.url.path) or headers.get("Allow", "")
+        return answer(request, exc.status_code, str(exc.detail), headers)
 
     async def bad_request(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

@@ -11,6 +11,7 @@ from sotopia_env.episodes.leaderboard import leaderboard
 from sotopia_env.episodes.log import STATUSES
 from sotopia_env.evaluators import SOTOPIA_DIMENSIONS
 from sotopia_env.observation import relationship_of
+from sotopia_env.server.openapi import NOT_FOUND, error
 from sotopia_env.server.viewer import episode as ep
 from sotopia_env.server.viewer.context import SPLITS, Viewer, viewer
 from sotopia_env.server.viewer.index import SEAT_AGGREGATES
@@ -19,6 +20,9 @@ from sotopia_env.server.viewer.listing import MAX_LIMIT, ListQuery, Order, list_
 router = APIRouter()
 SOTOPIA = [d.name for d in SOTOPIA_DIMENSIONS]
 KINDS = {"speak": "said", "nonverbal": "non-verbal", "action": "action", "leave": "left", "none": "nothing"}
+STATUS_VALUES = ["", *STATUSES]  # empty: any (the page's form sends it)
+SORT_PATTERN = r"^(|created|[a-z][a-z0-9_]*)$"  # as ListQuery.check; empty: created
+SEAT_PATTERN = rf"^(|{'|'.join(SEAT_AGGREGATES)}|0*[1-9][0-9]*)$"  # empty: mean
 SEAT_CHOICES = [(a, f"{a} of seats") for a in SEAT_AGGREGATES] + [("1", "seat 1"), ("2", "seat 2")]
 
 
@@ -27,9 +31,13 @@ def list_query(
     model: str | None = Query(None, description="Only episodes where this model played any seat."),
     scenario: str | None = Query(None, description="Only this scenario id."),
     split: str | None = Query(None, description="Only scenarios of this split (train, dev, test)."),
-    status: str | None = Query(None, description="rated, unrated or failed."),
-    sort: str = Query("created", description="created, overall, or a dimension name."),
-    seat: str = Query("mean", description="Whose score sorts: 1, 2... or mean, max, min over seats."),
+    status: str | None = Query(
+        None, description="rated, unrated or failed.", json_schema_extra={"enum": STATUS_VALUES}
+    ),
+    sort: str = Query("created", description="created, overall, or a dimension name.", pattern=SORT_PATTERN),
+    seat: str = Query(
+        "mean", description="Whose score sorts: 1, 2... or mean, max, min over seats.", pattern=SEAT_PATTERN
+    ),
     order: Order = Query("desc", description="desc (newest/best first) or asc."),
     offset: int = Query(0, ge=0),
     limit: int = Query(50, ge=1, le=MAX_LIMIT),
@@ -54,7 +62,7 @@ def list_query(
     return q
 
 
-@router.get("/", response_class=HTMLResponse, summary="Episode list")
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def list_page(q: ListQuery = Depends(list_query), v: Viewer = Depends(viewer)) -> HTMLResponse:
     page = list_episodes(v.store, v.index, q)
     facets = v.facets()
@@ -79,7 +87,7 @@ def list_json(q: ListQuery = Depends(list_query), v: Viewer = Depends(viewer)) -
     return list_episodes(v.store, v.index, q).to_dict()
 
 
-@router.get("/episodes/{episode_id:path}", response_class=HTMLResponse, summary="One episode")
+@router.get("/episodes/{episode_id:path}", response_class=HTMLResponse, include_in_schema=False)
 def episode_page(episode_id: str, v: Viewer = Depends(viewer)) -> HTMLResponse:
     log = v.load(episode_id)
     return v.html(
@@ -94,12 +102,12 @@ def episode_page(episode_id: str, v: Viewer = Depends(viewer)) -> HTMLResponse:
     )
 
 
-@router.get("/api/episodes/{episode_id:path}", summary="One episode (JSON)")
+@router.get("/api/episodes/{episode_id:path}", summary="One episode (JSON)", responses=NOT_FOUND)
 def episode_json(episode_id: str, v: Viewer = Depends(viewer)) -> dict[str, Any]:
     return ep.episode_json(v.load(episode_id))
 
 
-@router.get("/report", response_class=HTMLResponse, summary="Report: model x dimension, 95% intervals, chart")
+@router.get("/report", response_class=HTMLResponse, include_in_schema=False)
 def report_page(tag: str | None = None, by_seat: bool = False, v: Viewer = Depends(viewer)) -> HTMLResponse:
     tag = tag or None
     report = v.reports.report(tag, by_seat)
@@ -112,7 +120,18 @@ def report_json(tag: str | None = None, by_seat: bool = False, v: Viewer = Depen
     return v.reports.report(tag or None, by_seat).to_dict()
 
 
-@router.get("/report.png", response_class=Response, summary="Report chart (PNG), as 'sotopia-env report --png'")
+@router.get(
+    "/report.png",
+    response_class=Response,
+    summary="Report chart (PNG), as 'sotopia-env report --png'",
+    responses={
+        200: {
+            "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The chart.",
+        },
+        404: error("No rated episodes to plot (with this tag)."),
+    },
+)
 def report_png(tag: str | None = None, by_seat: bool = False, v: Viewer = Depends(viewer)) -> Response:
     png = v.reports.chart(tag or None, by_seat)
     if png is None:
@@ -120,7 +139,7 @@ def report_png(tag: str | None = None, by_seat: bool = False, v: Viewer = Depend
     return Response(png, media_type="image/png", headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/leaderboard", response_class=HTMLResponse, summary="Leaderboard: models ranked per protocol card")
+@router.get("/leaderboard", response_class=HTMLResponse, include_in_schema=False)
 def leaderboard_page(tag: str | None = None, v: Viewer = Depends(viewer)) -> HTMLResponse:
     tag = tag or None
     boards = leaderboard(v.store, [tag] if tag else None)
