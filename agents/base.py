@@ -17,9 +17,12 @@ class Agent(Protocol):
     async def act(self, observation: Observation) -> AgentAction: ...
 
 
-def reset_agent(agent: object, setup: EpisodeSetup | None = None, seat: int | None = None) -> None:
-    """Call the agent's optional ``reset``; one that takes ``setup`` and ``seat`` (a rule partner) gets them."""
-    reset_for_episode(agent, setup, seat)
+def reset_agent(
+    agent: object, setup: EpisodeSetup | None = None, seat: int | None = None, seed: int | None = None
+) -> None:
+    """Call the agent's optional ``reset``; one that takes ``setup`` and ``seat`` (a rule partner) gets them, and
+    the episode's ``seed`` where it takes one (a game's rule player)."""
+    reset_for_episode(agent, setup, seat, seed)
 
 
 __all__ = ["Agent", "Usage", "reset_agent"]

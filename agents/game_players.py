@@ -1,4 +1,5 @@
-"""Rule players for games (agent spec ``rule-player``): deterministic, no LLM, so tests and baselines need none.
+"""Rule players for games (agent spec ``rule-player``): no LLM, so tests and baselines need none; seeded by the
+episode, so the same episode replays the same game and other seeds play other games.
 
 ``RulePlayer`` reads its seat at reset and asks the game's rule set for that seat's player
 (``sotopia_env.games.master.GameRules.player``); each rule set's module says how its players play
@@ -11,7 +12,7 @@ from __future__ import annotations
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.errors import UserError
-from sotopia_env.games.players import GamePlayer
+from sotopia_env.games.players import GamePlayer, player_rng
 from sotopia_env.kinds import rule_set
 from sotopia_env.kinds.base import GAME
 from sotopia_env.observation import Observation
@@ -29,13 +30,14 @@ class RulePlayer:
     def __init__(self) -> None:
         self.player: GamePlayer | None = None
 
-    def reset(self, setup: EpisodeSetup | None = None, seat: int | None = None) -> None:
+    def reset(self, setup: EpisodeSetup | None = None, seat: int | None = None, seed: int | None = None) -> None:
         if setup is None or seat is None:
             return
         game = setup.scenario.game
         if game is None:
             raise NotAGame(f"rule-player: scenario {setup.scenario.id!r} is not a game (it has no 'game' section)")
-        self.player = rule_set(game.rules, GAME).player(game, setup.agent_names, seat)
+        rng = player_rng(seed, setup.pairing_key, seat)
+        self.player = rule_set(game.rules, GAME).player(game, setup.agent_names, seat, rng)
 
     async def act(self, observation: Observation) -> AgentAction:
         obs = Observation.from_env(observation)

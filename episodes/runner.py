@@ -167,7 +167,7 @@ async def play(
     started = time.perf_counter()
     env = SocialEnv(setup=setup, config=config)  # no evaluator: rating is step 2, off the env's sync path
     for seat, agent in enumerate(agents):
-        reset_agent(agent, setup, seat)
+        reset_agent(agent, setup, seat, seed)
     by_name = dict(zip(setup.agent_names, agents, strict=True))
     obs, infos = env.reset(seed=seed)
     while env.agents:

@@ -63,14 +63,15 @@ class EpisodeSetup(BaseModel):
                 raise ValueError(f"scenario {s.id!r}: character {c.id!r} does not fit seat {seat}'s constraints")
 
 
-def reset_for_episode(agent: object, setup: EpisodeSetup | None, seat: int | None) -> None:
+def reset_for_episode(agent: object, setup: EpisodeSetup | None, seat: int | None, seed: int | None = None) -> None:
     """Call ``agent.reset`` if it has one: with ``setup=`` and ``seat=`` where it takes them (the rule partner reads
-    the scenario's hidden facts there), else with no arguments."""
+    the scenario's hidden facts there), and the episode's ``seed=`` where it takes that too (a game's rule player
+    plays by it), else with no arguments."""
     reset = getattr(agent, "reset", None)
     if not callable(reset):
         return
     params = inspect.signature(reset).parameters
     if "setup" in params and "seat" in params:
-        reset(setup=setup, seat=seat)
+        reset(setup=setup, seat=seat, **({"seed": seed} if "seed" in params else {}))
     else:
         reset()

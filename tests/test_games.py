@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from sotopia_env.actions import ACTION_TYPES, AgentAction
 from sotopia_env.agents.game_players import RulePlayer
 from sotopia_env.cli.main import app
 from sotopia_env.env import EnvConfig, SocialEnv
+from sotopia_env.episodes.game_report import wilson
 from sotopia_env.episodes.runner import play
 from sotopia_env.evaluators import VerifiableJudge
 from sotopia_env.sampler import sample_setups
@@ -151,43 +153,60 @@ def test_same_seed_same_game(library) -> None:
     assert [t.model_dump() for t in _masked_random_play(env, seed=12)] != runs[0]
 
 
-def test_rule_players_play_werewolf_to_the_winner_the_rules_give(library) -> None:
-    """werewolf-ashford: seats [werewolf, villager, seer, villager, werewolf, villager] = p0..p5. By hand:
-    night 1: the seer p2 inspects p0 (first other in seat order): a werewolf; the wolves kill the first living
-    non-wolf, p1. Day 1: p2 says "I am the seer: p0 is a werewolf"; the vote: p2, p3, p5 vote p0 (named by the
-    seer), the wolves p0 and p4 vote the claimed seer p2: p0 is out (3 to 2). 1 wolf, 3 others.
-    Night 2: p2 inspects p3 (p0 done, p1 dead); p4 kills the claimed seer p2. Day 2: p3 and p5 know no
-    living wolf: p3 votes p4 (first living after it), p4 votes p3 (first non-wolf), p5 votes p0... dead, so the
-    first living after p5: p3. p3 is out (2 to 1): 1 wolf, 1 other: the wolves win."""
-    setup = _setup(library, "werewolf-ashford")
-    p = setup.agent_names
-    log = asyncio.run(play(setup, [RulePlayer() for _ in p], VerifiableJudge()))
-    said = [t.action.argument for t in log.turns if t.agent == MODERATOR]
-    assert f"Your inspection: {p[0]} is a werewolf." in said
-    assert any(s.startswith(f"At dawn, {p[1]} is found dead") for s in said)
-    assert any(f"{p[0]} is eliminated. {p[0]} was a werewolf." in s for s in said)
-    assert any(s.startswith(f"At dawn, {p[2]} is found dead") for s in said)
-    assert any(f"{p[3]} is eliminated" in s for s in said)
-    ratings = log.rating.ratings
-    assert {n for n in p if ratings[n].success} == {p[0], p[4]}
-    assert [ratings[n].scores["goal"].score for n in p] == [10, 0, 0, 0, 10, 0]
-    assert "Rounds: 2; votes: 2" in ratings[p[0]].scores["goal"].reasoning
+def _winning_team(log, roles: dict[str, str], villains: str, team_of: dict[str, str]) -> str:
+    """The team the rules give the win, from the transcript alone: the villains while one of them is alive at
+    the end (they reached parity, or time ran out), else the others."""
+    said = " ".join(t.action.argument for t in log.turns if t.agent == MODERATOR)
+    out = {n for n in roles if f"{n} is eliminated" in said or f"{n} is found dead" in said or f"{n} said" in said}
+    return villains if any(team_of[roles[n]] == villains for n in roles if n not in out) else "good"
 
 
-def test_rule_players_find_the_undercover_and_close_a_deal(library) -> None:
-    setup = _setup(library, "undercover-coffee-tea")
-    log = asyncio.run(play(setup, [RulePlayer() for _ in setup.agent_names], VerifiableJudge()))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rule_players_play_werewolf_to_the_winner_the_rules_give(library, seed) -> None:
+    """Seeded rule players: whoever wins, the judge's winners are the team the transcript gives (a werewolf
+    alive at the end: the wolves), the roles revealed are the real ones, and the dead never act again."""
+    setup = _setup(library, "werewolf-ashford", seed)
     roles = _roles(setup)
-    assert {n: r.success for n, r in log.rating.ratings.items()} == {n: roles[n] == "civilian" for n in roles}
-    setup = _setup(library, "negotiation-prize-money")  # reserves 20, 30, 10; seat 1 proposes 40/30/30
-    log = asyncio.run(play(setup, [RulePlayer() for _ in setup.agent_names], VerifiableJudge()))
+    log = asyncio.run(play(setup, [RulePlayer() for _ in roles], VerifiableJudge(), seed=seed))
+    assert log.termination_reason == "game_over" and not any(log.agent_errors.values())
     said = [t.action.argument for t in log.turns if t.agent == MODERATOR]
-    p = setup.agent_names
-    assert f"{p[1]} rejected the proposal. There is no deal yet." in said  # 30 is not above its reserve 30
-    assert any(s == f"{p[0]} proposes: {p[0]} 30, {p[1]} 40, {p[2]} 30." for s in said)  # +10 to the rejecter
-    game = log.rating.ratings
-    assert [game[n].scores["goal"].score for n in p] == [3, 3, 5]  # 10 * (payoff - reserve) / (100 - 60), half up
-    assert all(game[n].success for n in p)
+    for n, role in roles.items():
+        if any(f"{n} is eliminated" in s or f"{n} is found dead" in s for s in said):
+            assert any(f"{n} was a {role}." in s for s in said)
+    winners = _winning_team(log, roles, "wolves", {"werewolf": "wolves", "seer": "good", "villager": "good"})
+    ratings = log.rating.ratings
+    for n, role in roles.items():
+        won = (role == "werewolf") == (winners == "wolves")
+        assert ratings[n].success is won and ratings[n].scores["goal"].score == (10 if won else 0)
+
+
+def test_rule_players_play_undercover_and_negotiate_by_the_rules(library) -> None:
+    for seed in range(3):
+        setup = _setup(library, "undercover-coffee-tea", seed)
+        log = asyncio.run(play(setup, [RulePlayer() for _ in setup.agent_names], VerifiableJudge(), seed=seed))
+        roles = _roles(setup)
+        winners = _winning_team(log, roles, "undercover", {"undercover": "undercover", "civilian": "good"})
+        expected = {n: (r == "undercover") == (winners == "undercover") for n, r in roles.items()}
+        assert {n: r.success for n, r in log.rating.ratings.items()} == expected
+    goals = set()
+    for seed in range(6):  # reserves 20, 30, 10: a deal pays the accepted proposal, no deal the reserves
+        setup = _setup(library, "negotiation-prize-money", seed)
+        p = setup.agent_names
+        log = asyncio.run(play(setup, [RulePlayer() for _ in p], VerifiableJudge(), seed=seed))
+        said = [t.action.argument for t in log.turns if t.agent == MODERATOR]
+        proposals = [s for s in said if " proposes: " in s]
+        if "Everyone accepted: the deal is done." in said:
+            split = proposals[-1].split(" proposes: ")[1]
+            payoffs = [int(re.search(rf"{re.escape(n)} (\d+)", split).group(1)) for n in p]
+        else:
+            payoffs = [20, 30, 10]
+        expected = [
+            max(0, min(10, int(10 * (pay - res) / 40 + 0.5))) for pay, res in zip(payoffs, [20, 30, 10], strict=True)
+        ]
+        scores = [log.rating.ratings[n].scores["goal"].score for n in p]
+        assert scores == expected, (said, scores)
+        goals.add(tuple(scores))
+    assert len(goals) > 1  # seeded players: the outcome is not the same every time
 
 
 def test_a_game_cut_short_is_unrated_never_zero(library) -> None:
@@ -270,10 +289,12 @@ def test_cli_runs_a_game_with_one_spec_or_one_per_seat_and_benchmarks_roles(tmp_
     assert "game outcomes by role" in result.output
     roles = {(r["game"], r["role"]): r for r in json.loads(out.read_text())["roles"]}
     civilian, odd = roles[("undercover", "civilian")], roles[("undercover", "undercover")]
-    assert (civilian["wins"], civilian["games"], odd["wins"], odd["games"]) == (12, 12, 0, 3)
-    assert civilian["low"] == pytest.approx(0.757, abs=1e-3) and odd["high"] == pytest.approx(0.562, abs=1e-3)
+    assert (civilian["games"], odd["games"]) == (12, 3)  # three test games: four civilians and one odd one each
+    assert civilian["wins"] == 4 * (odd["games"] - odd["wins"])  # one team wins each game
+    assert (civilian["low"], civilian["high"]) == pytest.approx(wilson(civilian["wins"], 12))
     result = runner.invoke(app, ["report", "--tag", "benchmark-rule-player-vs-rule-player", "--store", store])
-    assert result.exit_code == 0 and "game outcomes by role" in result.output and "12/12" in result.output
+    won = f"{civilian['wins']}/12"
+    assert result.exit_code == 0 and "game outcomes by role" in result.output and won in result.output
 
 
 def test_saying_ones_own_word_puts_one_out(library) -> None:

@@ -268,5 +268,7 @@ def test_a_benchmark_over_http_reports_progress_then_what_the_cli_reports(store)
             bench = client.get(f"/api/benchmarks/{bench['id']}").json()
     assert bench["status"] == "done" and bench["finished"] == bench["episodes"] == 3  # model == partner: once each
     assert store.count(tag="bench") == 3 and store.queue_items("benchmarks") == {}
-    wolves = [r for r in bench["report"]["roles"] if r["role"] == "werewolf"]
-    assert wolves and all(r["wins"] == r["games"] for r in wolves)  # rule players: the wolves always win
+    roles = {r["role"]: r for r in bench["report"]["roles"]}
+    wolves, villagers = roles["werewolf"], roles["villager"]
+    assert (wolves["games"], villagers["games"]) == (6, 9)  # three games: two wolves, three villagers each
+    assert wolves["wins"] / 2 + villagers["wins"] / 3 == 3  # one team wins each game

@@ -12,6 +12,7 @@ game, and ``replay`` rebuilds the game from a transcript (``GameRules.judge`` do
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
@@ -237,9 +238,9 @@ class GameRules:
         """The splits a ``split`` phase offers (a negotiation's); none otherwise."""
         return []
 
-    def player(self, spec: GameSpec, names: Sequence[str], seat: int) -> GamePlayer:
-        """The rule player of ``seat`` (agent spec ``rule-player``)."""
-        return self.player_class(spec, names, seat)
+    def player(self, spec: GameSpec, names: Sequence[str], seat: int, rng: random.Random | None = None) -> GamePlayer:
+        """The rule player of ``seat`` (agent spec ``rule-player``), drawing from ``rng``."""
+        return self.player_class(spec, names, seat, rng)
 
     def judge(self, section: GameSpec, names: Sequence[str], turns: Sequence[Turn], ended: str = "") -> Verdict:
         """The transcript replayed through the game master: per player the outcome's goal and ``success``, the

@@ -5,8 +5,9 @@
   role's ``reserve``. Goal: ``10 * (payoff - reserve) / (pot - sum of reserves)``, rounded half up, within
   0..10; success: a payoff above one's reserve.
 - **Checks.** A pot, a reserve for every role, a split phase and a yes-no phase.
-- **Rule player.** It asks for a fair share; as proposer it offers every other party its third rounded to ten,
-  plus ten for each time that party has rejected, and keeps the rest; it accepts any share above its reserve.
+- **Rule player.** Seeded by the episode (``NegotiationPlayer``): a proposer asks an even share plus a random
+  greed that shrinks with each rejection; a responder accepts a share above its reserve plus a random hold-out
+  that shrinks as the rounds pass. Neither knows another's reserve.
 """
 
 from __future__ import annotations
@@ -22,24 +23,52 @@ from sotopia_env.games.players import GamePlayer, Seen
 from sotopia_env.games.spec import GameSpec, Phase
 from sotopia_env.transcript import MODERATOR
 
+GREED = (0, 10, 20, 30)  # what a proposer asks beyond an even share, drawn once a game; 10 less per rejected round
+HOLD_OUT = (0, 10, 20, 30)  # what a responder wants above its reserve, drawn each answer; 10 less each round
+LINES = (
+    "I think we should each get a fair share of it, and I can't go lower than what I'd get elsewhere.",
+    "I put a lot into this; I'd like my share to show it.",
+    "Let's settle this quickly: a deal is better for all of us than no deal.",
+)
+
 
 class NegotiationPlayer(GamePlayer):
+    """A negotiator with a temper drawn from its random stream, knowing its own reserve only:
+
+    - it says one of a few lines;
+    - as proposer it asks an even share plus a greed drawn from ``GREED`` (10 less for each rejected proposal),
+      never less than its reserve plus 10, and splits the rest between the others, ten more to each time a party
+      rejected before (half of it from its own share);
+    - as responder it accepts a share above its reserve plus a hold-out drawn from ``HOLD_OUT`` each time, less
+      10 for each proposal already made (it gives in as time runs out).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.greed = self.rng.choice(GREED)
+
     def say(self, seen: Seen) -> str:
-        return "I think we should each get a fair share of it, and I can't go lower than what I'd get elsewhere."
+        return self.rng.choice(LINES)
 
     def choose(self, seen: Seen) -> str:
+        said = " ".join(h.argument for h in seen.history if h.agent == MODERATOR)
         if list(seen.choices) == ["accept", "reject"]:
             offer = self.offer_to_me(seen)
-            return "accept" if offer is not None and offer > (self.role.reserve or 0) else "reject"
+            hold_out = max(0, self.rng.choice(HOLD_OUT) - 10 * (said.count(" proposes: ") - 1))
+            return "accept" if offer is not None and offer > (self.role.reserve or 0) + hold_out else "reject"
         shares = [self.parse_split(c) for c in seen.choices]
         pot = sum(shares[0].values())
-        said = " ".join(h.argument for h in seen.history if h.agent == MODERATOR)
         rejected = Counter(n for n in self.names for _ in re.finditer(rf"\b{re.escape(n)}\b[^.]* rejected", said))
-        fair = {n: round(pot / len(self.names), -1) + 10 * rejected[n] for n in self.names if n != self.me}
-        for choice, split in zip(seen.choices, shares, strict=True):
-            if all(split[n] == v for n, v in fair.items()):
-                return choice
-        return seen.choices[0]
+        others = [n for n in self.names if n != self.me]
+        rounds = said.count(" rejected the proposal")
+        keep = max((self.role.reserve or 0) + 10, pot / len(self.names) + self.greed - 10 * rounds)
+        extra = {n: 10 * rejected[n] for n in others}
+        keep = max((self.role.reserve or 0) + 10, keep - sum(extra.values()) / 2)
+        want = {n: (pot - keep - sum(extra.values())) / len(others) + extra[n] for n in others} | {self.me: keep}
+        floor = (self.role.reserve or 0) + 10
+        allowed = [i for i, split in enumerate(shares) if split[self.me] >= floor] or list(range(len(shares)))
+        best = min(allowed, key=lambda i: sum(abs(shares[i][n] - v) for n, v in want.items()))
+        return seen.choices[best]
 
     def parse_split(self, choice: str) -> dict[str, int]:
         return {n: int(m.group(1)) for n in self.names if (m := re.search(rf"{re.escape(n)} (\d+)", choice))}

@@ -1,12 +1,19 @@
-"""What a game's rule player is: deterministic moves from what its seat observes, one subclass per rule set.
+"""What a game's rule player is: moves from what its seat observes and its own random draws, one subclass per
+rule set.
 
 The ``rule-player`` agent (``sotopia_env.agents.game_players.RulePlayer``) asks the game's rule set for the
 player of its seat (``GameRules.player``) and, on each of its turns, for a choice (``choose``) when the phase
 offers choices, else for a line (``say``).
+
+Information hiding: a player keeps its own role, the names, and its team only where its role ``knows_team``
+(werewolves know each other; a villager knows only itself). Nothing else of the spec's hidden roles is kept, so
+its moves depend on what it observes and on ``rng`` alone. ``rng`` is seeded by the episode (its seed, its
+pairing and the seat: ``player_rng``), so the same episode replays the same game and other seeds play others.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -31,14 +38,22 @@ class Seen(Protocol):
     def history(self) -> Sequence[Said]: ...
 
 
-class GamePlayer:
-    """One seat's rule player: its role, its name, the players and its team (``spec``'s roles, in seat order)."""
+def player_rng(seed: int | None, pairing: str, seat: int) -> random.Random:
+    """A seat's own random stream for one episode: the same (seed, pairing, seat), the same draws."""
+    return random.Random(f"{seed}|{pairing}|{seat}")
 
-    def __init__(self, spec: GameSpec, names: Sequence[str], seat: int) -> None:
+
+class GamePlayer:
+    """One seat's rule player: its role, its name, the players, the teammates it knows (all of its team where its
+    role ``knows_team``, else itself) and its random stream."""
+
+    def __init__(self, spec: GameSpec, names: Sequence[str], seat: int, rng: random.Random | None = None) -> None:
         self.role = spec.role(seat)
         self.names = list(names)
         self.me = self.names[seat]
-        self.team = [n for s, n in enumerate(self.names) if spec.role(s).team == self.role.team]
+        same = [n for s, n in enumerate(self.names) if spec.role(s).team == self.role.team]
+        self.team = same if self.role.knows_team else [self.me]
+        self.rng = rng or player_rng(None, "|".join(self.names), seat)
 
     def say(self, seen: Seen) -> str:
         """Its line in a phase of talk."""

@@ -6,15 +6,14 @@
   time runs out with one of them alive.
 - **Checks.** A seat on team ``undercover``, more civilians than undercover players, a vote phase, and a secret
   word for every role.
-- **Rule player.** Each describes its word by its length and first letter ("It has 3 letters and starts with
-  T."), then votes for a player whose description differs from most; the odd one out, seeing that it is, votes
-  for the first other player.
+- **Rule player.** Seeded by the episode, knowing its own word only (``UndercoverPlayer``): it gives one fact
+  about its letters ("My word has 3 letters."), vaguely while unsure whether its word is the odd one; one who
+  finds the others' clues contradict its word blends in by repeating theirs; votes go to whoever contradicts.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.master import GameMaster
@@ -25,33 +24,84 @@ from sotopia_env.games.teams import TeamGame, TeamPlayer
 from sotopia_env.transcript import MODERATOR
 
 UNDERCOVER, CIVILIANS = "undercover", "civilians"
-_CLUE = re.compile(r"has (\d+) letters and starts with (\w)", re.I)
+_CLUE = re.compile(r"My word (has \d+ letters|starts with \w|ends with \w|has \d+ vowels)\.")
+VAGUE = ("It's something most people know.", "You could come across it any day.", "I like it, honestly.")
+
+WARY = 0.8  # until two clues tell it whether its word is the odd one, a player speaks vaguely
+SLIPS = 0.1  # a player who has heard the others speaks vaguely anyway (civilian), or slips and tells its own word
+ERRS = 0.25  # a vote goes to anyone, whatever the clues
+COPYCAT = 0.25  # how much a clue that repeats an earlier one counts against its speaker (one that contradicts: 1)
+
+
+def clue(word: str, feature: str) -> str:
+    """One fact about ``word``, as a clue says it: ``My word has 5 letters.``"""
+    vowels = sum(c in "aeiou" for c in word.lower())
+    said = {
+        "length": f"has {len(word)} letters",
+        "first": f"starts with {word[0].upper()}",
+        "last": f"ends with {word[-1].upper()}",
+        "vowels": f"has {vowels} vowels",
+    }
+    return f"My word {said[feature]}."
+
+
+FEATURES = ("length", "first", "last", "vowels")
 
 
 class UndercoverPlayer(TeamPlayer):
+    """Undercover by clues about letters, knowing only its own word (not whether it is the odd one):
+
+    - a player describes its word by one random fact (its length, first or last letter, or vowels); until two
+      clues have told it whether its word is the odd one it speaks vaguely with probability ``WARY`` (after:
+      ``SLIPS``);
+    - one who finds most clues contradict its word takes itself for the odd one and blends in: it repeats a
+      clue it heard (slipping into the truth with probability ``SLIPS``) and votes at random;
+    - the others vote for whoever said most clues that contradict their word, a repeated clue counting
+      ``COPYCAT``, ties drawn at random; with probability ``ERRS`` a vote goes to anyone.
+    """
+
     def say(self, seen: Seen) -> str:
+        heard = self.clues(seen)
         word = self.role.secret
-        return f"It has {len(word)} letters and starts with {word[0].upper()}."
+        if self.odd_one_out(heard):
+            if self.rng.random() < SLIPS:
+                return clue(word, self.rng.choice(FEATURES))
+            return self.rng.choice([c for _, c in heard if c not in self.true_clues()])
+        sure = len({n for n, c in heard if c in self.true_clues()}) >= 2
+        if self.rng.random() < (SLIPS if sure else WARY):
+            return self.rng.choice(VAGUE)
+        return clue(word, self.rng.choice(FEATURES))
 
     def choose(self, seen: Seen) -> str:
-        odd = self.odd_one(seen)
-        return next((c for c, n in self.named(seen).items() if n == odd), seen.choices[0])
+        named = self.named(seen)
+        options = list(named.values())
+        verb = seen.choices[0].removesuffix(named[seen.choices[0]]).strip()
+        heard = [(n, c) for n, c in self.clues(seen) if n in options]
+        if self.odd_one_out(self.clues(seen)) or self.rng.random() < ERRS:
+            return f"{verb} {self.rng.choice(options)}"
+        doubt = dict.fromkeys(options, 0.0)
+        said: set[str] = set()
+        for name, line in heard:
+            doubt[name] += (line not in self.true_clues()) + COPYCAT * (line in said)
+            said.add(line)
+        top = max(doubt.values())
+        return f"{verb} {self.rng.choice([n for n, d in doubt.items() if d == top])}"
 
-    def odd_one(self, seen: Seen) -> str | None:
-        """The player whose clue differs from most clues (None if all agree); never this player itself."""
-        clues = {}
-        for h in seen.history:
-            if h.agent != MODERATOR and (m := _CLUE.search(h.argument)):
-                clues[h.agent] = (m.group(1), m.group(2).upper())
-        gone = self.eliminated(seen)
-        clues = {n: c for n, c in clues.items() if n not in gone}
-        if not clues:
-            return None
-        common, _ = Counter(clues.values()).most_common(1)[0]
-        odd = [n for n, c in clues.items() if c != common and n != self.me]
-        if odd:
-            return odd[0]
-        return next((n for n in clues if n != self.me), None) if clues.get(self.me) != common else None
+    def clues(self, seen: Seen) -> list[tuple[str, str]]:
+        """(player, clue) for every clue the others said, living or not, in order."""
+        return [
+            (h.agent, m.group(0))
+            for h in seen.history
+            if h.agent not in (MODERATOR, self.me) and (m := _CLUE.search(h.argument))
+        ]
+
+    def true_clues(self) -> set[str]:
+        return {clue(self.role.secret, f) for f in FEATURES}
+
+    def odd_one_out(self, heard: list[tuple[str, str]]) -> bool:
+        """Whether most players who gave a clue said one that contradicts this player's word (two at least)."""
+        against = {n for n, c in heard if c not in self.true_clues()}
+        return len(against) >= 2 and len(against) > len({n for n, _ in heard}) / 2
 
 
 class Undercover(TeamGame):
