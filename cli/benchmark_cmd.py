@@ -125,7 +125,8 @@ def benchmark(
         judge = make_judge() if ray is None else None
     tag = tag or f"benchmark-{f'{protocol}-' if protocol else ''}{model}-vs-{partner}"
     settings = GenerationSettings(seed=seed)
-    make_agents = partial(default_agent_factory, settings=settings, api_base=api_base_value(api_base))
+    prompt = get_protocol(protocol).prompt if protocol is not None else None  # None: each model's own
+    make_agents = partial(default_agent_factory, settings=settings, api_base=api_base_value(api_base), prompt=prompt)
     config = EnvConfig(max_turns=max_turns)
     if ray is None:  # every spec builds before anything plays: a typo is one line, not a batch of failures
         with user_errors(UserError):

@@ -79,7 +79,7 @@ from sotopia_env.backends.base import ChatRequest, Completion, describe
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
 from sotopia_env.model_ref import read_model_ref
-from sotopia_env.prompt import prompt_text
+from sotopia_env.prompt import CHAT, prompt_text
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -131,8 +131,10 @@ class LocalBackend:
         kv_cache_mb: int = 2048,
         continuous: bool = True,
         executor: Executor | None = None,
+        prompt: str = CHAT,
     ) -> None:
         self.model = name
+        self.preferred_prompt = prompt  # what an ``LLMAgent`` on this backend prompts with (sotopia_env.prompt)
         self.lm = model
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
@@ -174,11 +176,14 @@ class LocalBackend:
         continuous: bool = True,
         **_: Any,
     ) -> LocalBackend:
-        """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA."""
+        """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA.
+        Its agents prompt as ``prompt_for_model(spec)`` says: a trained model as it was trained."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from sotopia_env.backends.resolve import prompt_for_model
         from sotopia_env.embedded_models import resolve_model_path
 
+        prompt = prompt_for_model(f"local:{spec}")  # run here, whatever the spec
         base, adapter = read_model_ref(spec, adapter)
         dev = pick_device(device)
         path = resolve_model_path(base)
@@ -200,6 +205,7 @@ class LocalBackend:
             prefix_cache_mb=prefix_cache_mb,
             kv_cache_mb=kv_cache_mb,
             continuous=continuous,
+            prompt=prompt,
         )
 
     @property
