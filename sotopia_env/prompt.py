@@ -102,7 +102,7 @@ def sotopia_prompt(observation: Observation) -> list[dict[str, str]]:
 
 
 CHAT_FORMAT = '{"action_type": "speak", "argument": "..."}'
-_GOAL_TAGS = re.compile(r"</?extra_info>")
+_GOAL_TAGS = re.compile(r"</?[a-z_]+>")  # SOTOPIA's <extra_info>, <strategy_hint>
 _ME = re.compile(r"You are (?P<name>.+?)\. (?:Name: .+?\. (?P<who>\d+-year-old [^,]+), pronouns)?")
 _OTHER = re.compile(r"(?:The other|Another) participant \((?P<label>.+?)\), (?P<relation>.+?): ")
 

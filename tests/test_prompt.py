@@ -30,8 +30,8 @@ from episode_quality import SCENARIOS, talk_figures  # noqa: E402  (the benchmar
 
 
 def plain(goal: str) -> str:
-    """A goal as the chat prompt says it: without SOTOPIA's <extra_info> tags."""
-    return re.sub(r"</?extra_info>", "", goal)
+    """A goal as the chat prompt says it: without SOTOPIA's tags (<extra_info>, <strategy_hint>)."""
+    return re.sub(r"</?[a-z_]+>", "", goal)
 
 
 def say(text: str) -> str:
