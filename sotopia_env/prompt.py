@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sotopia_env.actions import ActionType
+from sotopia_env.backends.base import prompt_text as prompt_text  # the messages as one string (a backend's)
 from sotopia_env.observation import HistoryEntry, Observation
 
 SOTOPIA = "sotopia"
@@ -183,11 +184,3 @@ def _append(messages: list[dict[str, str]], role: str, text: str) -> None:
 
 
 PROMPTS: dict[str, Callable[[Observation], list[dict[str, str]]]] = {SOTOPIA: sotopia_prompt, CHAT: chat_prompt}
-
-
-def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:
-    """The messages as the one string a model continues: ``tokenizer``'s chat template with the generation
-    prompt when it has one, else a plain ``role: content`` line per message, then ``assistant: ``."""
-    if getattr(tokenizer, "chat_template", None):
-        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

@@ -7,26 +7,24 @@ import pytest
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.agents.loading import AgentSpecError, load_agent
-from sotopia_env.agents.rule_partners import RulePartner, check_rule_specs
+from sotopia_env.agents.rule_partners import RulePartner
+from sotopia_env.agents.rule_specs import check_rule_specs
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import EpisodeContext, aevaluate_safely
-from sotopia_env.evaluator_spec import make_evaluator
-from sotopia_env.profiles import BargainingFacts, PersuasionFacts, SchedulingFacts
-from sotopia_env.transcript import Turn
-from sotopia_env.verifiable import (
+from sotopia_env.evaluators import EpisodeContext, VerifiableJudge, aevaluate_safely, make_evaluator
+from sotopia_env.kinds import NotVerifiable, kind_for
+from sotopia_env.kinds.bargaining import BargainingFacts, numbers_in
+from sotopia_env.kinds.persuasion import (
     MAX_CONCERN_WORDS,
     MAX_FOREIGN,
-    NotVerifiable,
-    VerifiableJudge,
+    PersuasionFacts,
     addresses,
     hear,
     library_concerns,
-    numbers_in,
-    outcome_after,
-    slots_in,
 )
+from sotopia_env.kinds.scheduling import SchedulingFacts, slots_in
+from sotopia_env.transcript import Turn
 
 BIKE = "verifiable-bargaining-bike"  # asking 450, budget 400, reservation 320, 4 rounds
 
@@ -91,9 +89,9 @@ def _scrambled(setup: EpisodeSetup) -> EpisodeSetup:
 def test_verifiable_expert_wins_every_kind_by_listening_and_never_reads_the_hidden_facts(library):
     """The BC warm-start's demonstrator (``training.experts.VerifiableExpert``, used by
     ``benchmarks/episode_rl.py``) on every train instance: one number or one slot per line, a deal inside the
-    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it hears the worry in
-    the partner's doubts and answers that one worry, never naming another or listing words. It acts on what seat 1
-    is shown: with other hidden facts, the same observations give the same words."""
+    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it asks after the worry
+    and answers it in the partner's words (or hears it in the doubts), never naming another or listing words. It
+    acts on what seat 1 is shown: with other hidden facts, the same observations give the same words."""
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import sample_setups
     from sotopia_env.training.experts import VerifiableExpert
@@ -269,7 +267,8 @@ def test_persuasion_cannot_be_stuffed(library):
             log = _play(setup, lines)
             assert _goal(log) == (0, False), (sid, [t.action.argument for t in log.turns])
         stuffed = AgentAction(action_type=ActionType.speak, argument=one_line)
-        assert outcome_after(setup.scenario.verifiable, [], stuffed).goal == 0  # the one-step reward too
+        facts = setup.scenario.verifiable
+        assert kind_for(facts).outcome_after(facts, [], stuffed).goal == 0  # the one-step reward too
     log = _play(_setup(library, ids[0]), spread)
     said = [text for _, text in _partner_lines(log)]
     assert "listening" in said[0] and "listening" in said[-2] and _partner_lines(log)[-1][0] == "leave"
@@ -329,13 +328,13 @@ def test_an_honest_answer_that_names_the_worry_and_asks_wins(library):
 
 
 def test_every_persuasion_instance_is_won_by_listening(library):
-    """Every instance, every split, can be won from the cues alone: the expert, which hears the worry in the
-    partner's first doubt and answers it, wins each in two moves (a new scenario whose doubts carry no cue a
-    listener could hear fails here)."""
+    """Every instance, every split, can be won from the cues alone: the expert, with the worry taken away (so that
+    asking gets a doubt), hears the worry in the partner's first doubt and answers it, and wins each in two moves
+    (a new scenario whose doubts carry no cue a listener could hear fails here)."""
     from sotopia_env.training.experts import VerifiableExpert
 
     for sid in _persuasion(library):
-        setup = _setup(library, sid)
+        setup = _setup(library, sid, worry=None)
         log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge()))
         mine = [t.action.argument for t in log.turns if t.agent == setup.agent_names[0]]
         assert _goal(log) == (10, True) and mine[2] == VerifiableExpert.THANKS, (sid, mine)
@@ -441,8 +440,7 @@ def test_llm_evaluator_still_rates_verifiable_episodes(library):
     import json
 
     from sotopia_env.backends.scripted import ScriptedBackend
-    from sotopia_env.evaluation import GOAL_ONLY
-    from sotopia_env.llm_evaluator import LLMEvaluator
+    from sotopia_env.evaluators import GOAL_ONLY, LLMEvaluator
 
     log = _play(_setup(library, BIKE), ["$330?"])
     names = log.setup.agent_names

@@ -75,11 +75,10 @@ from transformers import (
 )
 
 from sotopia_env.backends import prefix_cache
-from sotopia_env.backends.base import ChatRequest, Completion, describe
+from sotopia_env.backends.base import ChatRequest, Completion, describe, prompt_text
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
-from sotopia_env.model_ref import read_model_ref
-from sotopia_env.prompt import CHAT, prompt_text
+from sotopia_env.model_ref import model_prompt, read_model_ref
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -131,7 +130,7 @@ class LocalBackend:
         kv_cache_mb: int = 2048,
         continuous: bool = True,
         executor: Executor | None = None,
-        prompt: str = CHAT,
+        prompt: str = "chat",  # a name of sotopia_env.prompt.PROMPTS (the backends do not import the world)
     ) -> None:
         self.model = name
         self.preferred_prompt = prompt  # what an ``LLMAgent`` on this backend prompts with (sotopia_env.prompt)
@@ -177,13 +176,12 @@ class LocalBackend:
         **_: Any,
     ) -> LocalBackend:
         """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA.
-        Its agents prompt as ``prompt_for_model(spec)`` says: a trained model as it was trained."""
+        Its agents prompt as ``resolve.prompt_for_model(spec)`` says: a trained model as it was trained."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from sotopia_env.backends.resolve import prompt_for_model
         from sotopia_env.embedded_models import resolve_model_path
 
-        prompt = prompt_for_model(f"local:{spec}")  # run here, whatever the spec
+        prompt = model_prompt(spec) or "chat"  # as ``resolve.prompt_for_model``: a trained model as it was trained
         base, adapter = read_model_ref(spec, adapter)
         dev = pick_device(device)
         path = resolve_model_path(base)

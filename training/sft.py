@@ -1,6 +1,6 @@
 """Supervised fine-tuning on a prompt-completion dataset: TRL's ``SFTTrainer``, LoRA by default.
 
-``train(dataset, TrainConfig(...))`` reads top to bottom:
+``train_sft(dataset, SFTTrainConfig(...))`` reads top to bottom:
 
 1. decide precision and quantization (bf16 on CUDA; 4-bit QLoRA when CUDA and
    bitsandbytes are there, unless told otherwise);
@@ -47,7 +47,7 @@ RESULT_FILE = "train_result.json"
 
 
 @dataclass
-class TrainConfig(BaseTrainConfig):
+class SFTTrainConfig(BaseTrainConfig):
     """How to fine-tune (SFT): the shared fields of ``BaseTrainConfig`` and these."""
 
     output_dir: str = "outputs/sft"
@@ -85,7 +85,7 @@ class TrainResult:
         path.write_text(json.dumps(asdict(self), indent=2))
 
 
-def train(dataset, config: TrainConfig) -> TrainResult:
+def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
     """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
     from trl import SFTTrainer
 
@@ -146,7 +146,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     return result
 
 
-def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
+def sft_config(config: SFTTrainConfig, output_dir: Path, bf16: bool):
     """TRL's ``SFTConfig`` for ``config``: completion-only loss, a log line per step, periodic checkpoints."""
     from trl import SFTConfig
 
