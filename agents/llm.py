@@ -6,7 +6,7 @@ from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_j
 from sotopia_env.agents.base import Usage
 from sotopia_env.backends.base import Backend, Completion, GenerationSettings
 from sotopia_env.observation import Observation
-from sotopia_env.prompt import render_prompt
+from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 
 # The chat settings of interactive episodes (``run``, the server's simulations): greedy, with a penalty on tokens
 # the reply already used, and a sampled retry of a reply that repeats an earlier turn. A small model's sampled
@@ -17,6 +17,10 @@ CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens"
 
 class LLMAgent:
     """Prompts ``backend`` with ``render_prompt`` and parses the action JSON it returns.
+
+    ``prompt`` names the prompt (``sotopia_env.prompt.PROMPTS``); None takes the one the backend's model is
+    prompted with (a backend's ``preferred_prompt``: the local backend's small models get ``chat``, a trained
+    model directory the prompt it was trained on), else SOTOPIA's.
 
     The request carries the action schema, so backends that can constrain
     decoding do. Malformed output is retried ``max_retries`` times; after that
@@ -36,8 +40,11 @@ class LLMAgent:
         settings: GenerationSettings | None = None,
         max_retries: int = 2,
         constrained: bool = True,
+        prompt: str | None = None,
     ) -> None:
         self.backend = backend
+        self.prompt = prompt or getattr(backend, "preferred_prompt", None) or SOTOPIA
+        prompt_function(self.prompt)  # an unknown name fails here, not at the first turn
         self.settings = settings or GenerationSettings()
         self.max_retries = max_retries
         self.constrained = constrained
@@ -61,7 +68,7 @@ class LLMAgent:
             if self.constrained
             else None
         )
-        messages = render_prompt(obs)
+        messages = render_prompt(obs, self.prompt)
         said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
         problems = []
         repeat: tuple[AgentAction, Completion] | None = None

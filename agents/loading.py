@@ -111,9 +111,11 @@ def load_agent(
     api_base: ApiBase = None,
     api_key: str | None = None,
     constrained: bool = True,
+    prompt: str | None = None,
     **backend_options: Any,
 ) -> Agent:
-    """An agent for ``spec``; model specs become an ``LLMAgent`` on a shared backend."""
+    """An agent for ``spec``; model specs become an ``LLMAgent`` on a shared backend, prompted with ``prompt``
+    (None: the model's own, ``LLMAgent``)."""
     if spec == "human":
         from sotopia_env.agents.human import HumanAgent
 
@@ -132,4 +134,4 @@ def load_agent(
     from sotopia_env.backends.resolve import resolve_backend
 
     backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)
-    return LLMAgent(backend, settings=settings, constrained=constrained)
+    return LLMAgent(backend, settings=settings, constrained=constrained, prompt=prompt)

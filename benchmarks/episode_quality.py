@@ -1,19 +1,34 @@
-"""Does the default ``sotopia-env run`` episode read as a conversation? Quality figures over seeds.
+"""Does the default ``sotopia-env run`` episode read as a conversation, about its scenario? Figures over
+scenarios and seeds.
 
-    python benchmarks/episode_quality.py                  # seeds 0..9 at once, run's defaults
-    python benchmarks/episode_quality.py --one-by-one     # each seed a `sotopia-env run` through the CLI
-    python benchmarks/episode_quality.py --seeds 0 1 2 --max-turns 8 --one-by-one --show
-    python benchmarks/episode_quality.py --quick          # 2 seeds, 4 turns (the smoke test)
+    python benchmarks/episode_quality.py                  # 5 dev scenarios x seeds 0..3 at once, run's defaults
+    python benchmarks/episode_quality.py --prompt sotopia # the same episodes under SOTOPIA's prompt
+    python benchmarks/episode_quality.py --scenarios random --seeds 0 1 2   # scenario sampled by the seed
+    python benchmarks/episode_quality.py --one-by-one     # each episode a `sotopia-env run` through the CLI
+    python benchmarks/episode_quality.py --scenarios exchange-babysitting-meals --seeds 0 --max-turns 8 --show
+    python benchmarks/episode_quality.py --quick          # 1 scenario, 2 seeds, 4 turns (the smoke test)
 
-By default the seeds' episodes are played at once in one process, as ``sotopia-env run --seed N`` builds
-each (scenario sampled by the seed, both agents with ``run``'s generation settings, the env seeded by N),
-so the embedded model's calls share batches (about 4x faster on a CPU). Turns come out as ``run``'s: left
+By default the episodes are played at once in one process, as ``sotopia-env run --scenario S --seed N``
+builds each (the scenario's characters sampled by the seed, or, with ``--scenarios random``, the scenario
+too; both agents with ``run``'s generation settings and the embedded model's own prompt, ``chat``; the env
+seeded by N), so the embedded model's calls share batches (about 4x faster on a CPU). Turns come out as ``run``'s: left
 padding does not change greedy ones, and each sampled retry draws with its own request's seed.
 ``--one-by-one`` instead invokes ``sotopia-env run --seed N`` in process through the CLI itself. Either way
 the judge is skipped (``--evaluator none``: the figures are about the conversation) and the episodes go to a
 throwaway SQLite store, from which the turns are read back. ``--show`` prints each transcript as ``run`` does.
 
-Per episode set:
+Per episode set, over speech turns (``speak``), the measures of ``talk_figures`` (``tests/test_prompt.py``
+checks a real episode with them):
+
+- on topic: the share that share a content word (``CONTENT_LETTERS`` letters or more, not one of the
+  ``stop-words`` package's English stop words) with the scenario's text or the speaker's own goal. The
+  partner's words do not count: two seats that talk about answering echo each other;
+- meta-talk: the share that talk about answering itself (``META_TALK``: "respond", "reply", "how to
+  answer", "I will speak", "your turn", ...);
+- distinct openings: the share whose first three words (lower case) open no earlier speech turn of the
+  episode.
+
+And, over all turns:
 
 - turns: the median number of turns (one action each);
 - empty: the share of speak / non-verbal turns whose argument is empty, ``...`` or only punctuation/whitespace;
@@ -28,10 +43,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import statistics
 import string
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
 
 import _common
@@ -45,19 +62,86 @@ TALK = (ActionType.speak, ActionType.non_verbal)
 EARLY = 4
 CODES = {ActionType.speak: "S", ActionType.non_verbal: "N", ActionType.action: "A", ActionType.leave: "L"}
 CODES[ActionType.none] = "-"
+# Five dev-split scenarios of five kinds, two seats each (the issue's own episode first).
+SCENARIOS = [
+    "exchange-babysitting-meals",
+    "collaboration-demo-bug",
+    "persuasion-quit-smoking",
+    "conflict-inherited-cabin",
+    "negotiation-summer-sublet",
+]
+CONTENT_LETTERS = 4
+META_TALK = re.compile(
+    r"\b(?:respon(?:d|ds|ded|ding|se|ses)|repl(?:y|ies|ied|ying)|how to (?:answer|respond|reply|react|speak)"
+    r"|i will speak|what to say|(?:my|your) (?:turn|move))\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+
+
+@cache
+def stop_words() -> frozenset[str]:
+    from stop_words import get_stop_words
+
+    return frozenset(get_stop_words("en"))
+
+
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` (lower case) of ``CONTENT_LETTERS`` letters or more that are not stop words."""
+    found = {w.removesuffix("'s") for w in _WORD.findall(text.lower())}
+    return {w for w in found if len(w) >= CONTENT_LETTERS and w not in stop_words()}
+
+
+def is_on_topic(argument: str, scenario: str, goal: str) -> bool:
+    """Whether a speech turn shares a content word with the scenario's text or the speaker's own goal."""
+    return bool(content_words(argument) & (content_words(scenario) | content_words(goal)))
+
+
+def is_meta_talk(argument: str) -> bool:
+    return META_TALK.search(argument) is not None
+
+
+def talk_figures(logs: list[EpisodeLog]) -> dict[str, float]:
+    """On topic, meta-talk and distinct openings over the speech turns of ``logs`` (NaN when there are none)."""
+    on_topic = meta = distinct = spoken = 0
+    for log in logs:
+        goals = dict(zip(log.setup.agent_names, log.setup.scenario.goals, strict=True))
+        opened: set[tuple[str, ...]] = set()
+        for t in log.turns:
+            if t.action.action_type is not ActionType.speak:
+                continue
+            spoken += 1
+            on_topic += is_on_topic(t.action.argument, log.setup.scenario.scenario, goals.get(t.agent, ""))
+            meta += is_meta_talk(t.action.argument)
+            opening = tuple(t.action.argument.lower().split()[:3])
+            distinct += opening not in opened
+            opened.add(opening)
+    nan = float("nan")
+    return {
+        "speech turns": spoken,
+        "on topic": on_topic / spoken if spoken else nan,
+        "meta-talk": meta / spoken if spoken else nan,
+        "distinct openings": distinct / spoken if spoken else nan,
+    }
 
 
 def is_empty(argument: str) -> bool:
     return not argument.strip(string.punctuation + string.whitespace + "…")
 
 
-def run_episode(seed: int, max_turns: int | None, store_url: str, show: bool) -> EpisodeLog:
+Episode = tuple[str | None, int]  # (scenario id, or None: sampled by the seed; seed)
+
+
+def run_episode(episode: Episode, max_turns: int | None, store_url: str, show: bool) -> EpisodeLog:
     from typer.testing import CliRunner
 
     from sotopia_env.cli.main import app
     from sotopia_env.episodes.store import open_store
 
-    args = ["run", "--seed", str(seed), "--evaluator", "none", "--store", store_url, "--tag", f"seed{seed}"]
+    scenario, seed = episode
+    tag = f"{scenario}-{seed}"
+    args = ["run", "--seed", str(seed), "--evaluator", "none", "--store", store_url, "--tag", tag]
+    args += ["--scenario", scenario] if scenario else []
     if max_turns is not None:
         args += ["--max-turns", str(max_turns)]
     result = CliRunner().invoke(app, args)
@@ -65,12 +149,15 @@ def run_episode(seed: int, max_turns: int | None, store_url: str, show: bool) ->
         raise SystemExit(f"sotopia-env {' '.join(args)} failed ({result.exit_code}): {result.output[-500:]}")
     if show:
         print(result.output)
-    (log,) = open_store(store_url).iter(f"seed{seed}")
+    (log,) = open_store(store_url).iter(tag)
     return log
 
 
-def run_episodes_at_once(seeds: list[int], max_turns: int | None, store_url: str) -> list[EpisodeLog]:
-    """Each seed's episode as ``run`` builds it, all played concurrently on the shared embedded backend."""
+def run_episodes_at_once(
+    episodes: list[Episode], max_turns: int | None, store_url: str, prompt: str | None = None
+) -> list[EpisodeLog]:
+    """Each episode as ``run`` builds it, all played concurrently on the shared embedded backend; ``prompt``
+    overrides the model's own."""
     from sotopia_env.agents.loading import load_agent
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.run_cmd import CHAT_SETTINGS, DEFAULT_MODEL
@@ -85,16 +172,16 @@ def run_episodes_at_once(seeds: list[int], max_turns: int | None, store_url: str
     config = EnvConfig() if max_turns is None else EnvConfig(max_turns=max_turns)  # run's default: 20, as EnvConfig's
     writer = StoreWriter(open_store(store_url), "quality", 60.0)
 
-    async def one(seed: int) -> EpisodeLog:
+    async def one(scenario: str | None, seed: int) -> EpisodeLog:
         settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
-        agents = [load_agent(DEFAULT_MODEL, settings=settings) for _ in range(2)]
-        job = Job(sample_setup(library, seed=seed), [DEFAULT_MODEL] * 2, seed=seed)
+        agents = [load_agent(DEFAULT_MODEL, settings=settings, prompt=prompt) for _ in range(2)]
+        job = Job(sample_setup(library, seed=seed, scenario=scenario), [DEFAULT_MODEL] * 2, seed=seed)
         return await run_episode(job, None, writer, agents=agents, tag="quality", config=config)
 
-    async def all_seeds() -> list[EpisodeLog]:
-        return list(await asyncio.gather(*(one(seed) for seed in seeds)))
+    async def all_episodes() -> list[EpisodeLog]:
+        return list(await asyncio.gather(*(one(scenario, seed) for scenario, seed in episodes)))
 
-    return asyncio.run(all_seeds())
+    return asyncio.run(all_episodes())
 
 
 def figures(logs: list[EpisodeLog]) -> dict[str, float | int]:
@@ -133,24 +220,36 @@ def figures(logs: list[EpisodeLog]) -> dict[str, float | int]:
     }
 
 
+def transcript(log: EpisodeLog) -> str:
+    from sotopia_env.transcript import render_transcript
+
+    return f"== {log.setup.scenario.id}, seed {log.seed} ({log.termination_reason})\n{render_transcript(log.turns)}\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument("--scenarios", nargs="+", default=SCENARIOS, help="Scenario ids, or 'random' (by seed).")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(4)))
     parser.add_argument("--max-turns", type=int, default=None, help="Pass --max-turns to run (default: run's).")
+    parser.add_argument("--prompt", default=None, help="Prompt the agents so (default: the model's own, as run).")
     parser.add_argument("--show", action="store_true", help="Print each episode's transcript.")
     parser.add_argument("--label", default="", help="A label for the table's row (e.g. before / after).")
-    parser.add_argument("--quick", action="store_true", help="2 seeds of 4 turns (smoke test).")
-    parser.add_argument("--one-by-one", action="store_true", help="Each seed a `sotopia-env run` via the CLI.")
+    parser.add_argument("--quick", action="store_true", help="1 scenario, 2 seeds of 4 turns (smoke test).")
+    parser.add_argument("--one-by-one", action="store_true", help="Each episode a `sotopia-env run` via the CLI.")
     parser.add_argument(
         "--no-opening-guard", action="store_true", help="Ablation: let a turn open as an earlier one did."
     )
     args = parser.parse_args()
+    if args.one_by_one and args.prompt:
+        parser.error("--prompt is for episodes played at once (run has no --prompt)")
     if args.no_opening_guard:
         from sotopia_env.backends import local
 
         local.openings = lambda texts: []  # the guard's input: no openings to avoid
     if args.quick:
-        args.seeds, args.max_turns = args.seeds[:2], 4
+        args.scenarios, args.seeds, args.max_turns = args.scenarios[:1], args.seeds[:2], 4
+    scenarios = [None if s == "random" else s for s in args.scenarios]
+    episodes = [(scenario, seed) for scenario in scenarios for seed in args.seeds]
     print(machine_line())
     logs: list[EpisodeLog] = []
     rows = []
@@ -158,37 +257,46 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'quality.db'}"
         if not args.one_by_one:
-            logs = run_episodes_at_once(args.seeds, args.max_turns, url)
-        for k, seed in enumerate(args.seeds):
+            logs = run_episodes_at_once(episodes, args.max_turns, url, args.prompt)
+        for k, episode in enumerate(episodes):
             t0 = time.perf_counter()
-            log = run_episode(seed, args.max_turns, url, args.show) if args.one_by_one else logs[k]
+            log = run_episode(episode, args.max_turns, url, args.show) if args.one_by_one else logs[k]
             if args.one_by_one:
                 logs.append(log)
-            one = figures([log])
+            elif args.show:
+                print(transcript(log))
+            one, talk = figures([log]), talk_figures([log])
             kinds = "".join(CODES[t.action.action_type] for t in log.turns)
             rows.append(
-                [seed, log.setup.scenario.id, len(log.turns), log.termination_reason, one["empty"], one["repeats"]]
-                + [one["openings"], kinds, time.perf_counter() - t0 if args.one_by_one else "-"]
+                [log.setup.scenario.id, episode[1], len(log.turns), log.termination_reason]
+                + [talk["on topic"], talk["meta-talk"], talk["distinct openings"], one["empty"], one["repeats"]]
+                + [kinds, time.perf_counter() - t0 if args.one_by_one else "-"]
             )
-            print(f"seed {seed}: {rows[-1]}", flush=True)
+            print(f"{rows[-1]}", flush=True)
     print_table(
         "Per episode",
-        ["seed", "scenario", "turns", "ended", "empty", "repeats", "openings", "actions", "seconds"],
+        ["scenario", "seed", "turns", "ended", "on topic", "meta-talk", "distinct openings", "empty", "repeats"]
+        + ["actions", "seconds"],
         rows,
-        note="actions: S speak, N non-verbal, A action, L leave, - none.",
+        note="Shares of speech turns (on topic, meta-talk, distinct openings) and of all turns (empty, repeats); "
+        "actions: S speak, N non-verbal, A action, L leave, - none.",
     )
-    total = figures(logs)
+    total, talk = figures(logs), talk_figures(logs)
+    prompts = sorted({p for log in logs for p in (log.protocol.prompts if log.protocol else None) or []})
     seeds = f"seeds {args.seeds[0]}..{args.seeds[-1]}" if len(args.seeds) > 1 else f"seed {args.seeds[0]}"
     max_turns = args.max_turns or "as run's default"
     print_table(
         "Episode quality",
-        ["code", "episodes", "median turns", "empty speak/non-verbal", "verbatim repeats", "repeated openings"]
-        + ["early leaves (< #4)"],
+        ["code", "prompt", "episodes", "speech turns", "on topic", "meta-talk", "distinct openings", "median turns"]
+        + ["empty speak/non-verbal", "verbatim repeats", "repeated openings", "early leaves (< #4)"],
         [
-            [args.label or "-", len(logs), total["median turns"], f"{total['empty']:.0%}", f"{total['repeats']:.0%}"]
+            [args.label or "-", ", ".join(prompts) or "-", len(logs), talk["speech turns"]]
+            + [f"{talk[k]:.0%}" for k in ("on topic", "meta-talk", "distinct openings")]
+            + [total["median turns"], f"{total['empty']:.0%}", f"{total['repeats']:.0%}"]
             + [f"{total['openings']:.0%}", f"{total['early leaves']} of {len(logs)}"]
         ],
-        note=f"{seeds}, max turns {max_turns}, judge skipped; {time.perf_counter() - started:.0f} s in all.",
+        note=f"{len(scenarios)} scenarios x {seeds}, max turns {max_turns}, judge skipped; "
+        f"{time.perf_counter() - started:.0f} s in all. Targets: on topic >= 80%, meta-talk <= 5%.",
     )
 
 

@@ -189,8 +189,10 @@ def benchmark_agents(spec: BenchmarkSpec) -> AgentFactory:
     """The agents of a benchmark's episodes (built where they play: a Ray actor calls this itself)."""
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.episodes.runner import default_agent_factory
+    from sotopia_env.episodes.sotopia_protocol import get_protocol
 
-    return default_agent_factory(settings=GenerationSettings(seed=spec.seed), api_base=spec.api_base)
+    prompt = get_protocol(spec.protocol).prompt if spec.protocol is not None else None  # None: each model's own
+    return default_agent_factory(settings=GenerationSettings(seed=spec.seed), api_base=spec.api_base, prompt=prompt)
 
 
 def benchmark_judge(spec: BenchmarkSpec) -> Evaluator | None:

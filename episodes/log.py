@@ -38,6 +38,9 @@ class EpisodeProtocol(BaseModel):
     judge: str | None = None  # the evaluator's name (``llm:MODEL``, ``verifiable``, ...)
     judge_sha256: str | None = None  # its prompt template, or its rules (``episodes.protocol.judge_sha256``)
     dimensions: list[str] | None = None  # the judge's dimensions
+    # The prompts its seats were prompted with (``episodes.protocol.prompt_record``: name and template hash),
+    # distinct and sorted; [] when no seat was (scripted, rule or custom agents).
+    prompts: list[str] | None = None
 
 
 def _now() -> str:

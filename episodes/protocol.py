@@ -11,6 +11,9 @@ A result (the episodes of one tag that were played and judged the same way) has 
   prompt of a placeholder episode, with the JSON schema it constrains replies to); for a rule judge the source
   of the modules that hold its rules (its ``rule_modules``, e.g. every rule set the verifiable judge knows; else
   its class's module);
+- ``prompts``: the prompts the seats were prompted with (``prompt_record``: the name in ``sotopia_env.prompt``
+  and a sha256 of its template, the messages of a placeholder observation), so results under different prompts
+  (SOTOPIA's for API models, ``chat`` for small local ones) are never compared;
 - ``dimensions``, the env ``seeds`` (each episode's reset seed), ``max_turns``, ``stale_turns``,
   ``max_agent_errors`` and ``action_order``;
 - ``version``: the sotopia-env that played the episodes.
@@ -29,7 +32,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, Generic, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -42,7 +45,9 @@ from sotopia_env.episodes.judge_agreement import AgreementFigure
 from sotopia_env.episodes.log import EpisodeLog, EpisodeProtocol
 from sotopia_env.evaluators import EpisodeContext, Evaluator
 from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt, rating_schema
+from sotopia_env.observation import HistoryEntry, Observation, background_for, labels_for
 from sotopia_env.profiles import BigFive, Character, Scenario
+from sotopia_env.prompt import PROMPTS, render_prompt
 from sotopia_env.transcript import Turn
 
 T = TypeVar("T")
@@ -67,6 +72,7 @@ class ProtocolCard(BaseModel):
     judge: str | None
     judge_sha256: str | None
     dimensions: list[str] | None
+    prompts: list[str] | None = None
     seeds: list[int]
     max_turns: int | None
     stale_turns: int | None
@@ -108,6 +114,7 @@ class ProtocolCard(BaseModel):
             ("setups", f"{self.setups} · {_short(self.setups_sha256)}"),
             ("judge", f"{self.judge or 'none'} · {_short(self.judge_sha256)}"),
             ("dimensions", "?" if self.dimensions is None else ", ".join(self.dimensions) or "none"),
+            ("prompts", "?" if self.prompts is None else ", ".join(self.prompts) or "none"),
             ("play", f"{limits} · agent errors {_known(self.max_agent_errors)} · {self.action_order}"),
             ("seeds", _first(list(map(str, self.seeds)), 8) or "?"),
             ("version", f"sotopia-env {_known(self.version)}"),
@@ -140,13 +147,47 @@ def package_version() -> str | None:
         return None
 
 
-def played_under(config: EnvConfig) -> EpisodeProtocol:
-    """An episode's record of how it was played (``episodes.runner.play``)."""
+def played_under(config: EnvConfig, agents: Iterable[object] | None = None) -> EpisodeProtocol:
+    """An episode's record of how it was played (``episodes.runner.play``); ``agents`` (None: not known) give
+    the prompts: an agent's ``prompt`` attribute when it names one of ``sotopia_env.prompt.PROMPTS``."""
+    prompts = None
+    if agents is not None:
+        named = {getattr(agent, "prompt", None) for agent in agents}
+        prompts = sorted(prompt_record(p) for p in named if isinstance(p, str) and p in PROMPTS)
     return EpisodeProtocol(
         version=package_version(),
         max_turns=config.max_turns,
         stale_turns=config.stale_turns,
         max_agent_errors=config.max_agent_errors,
+        prompts=prompts,
+    )
+
+
+@cache
+def prompt_record(prompt: str) -> str:
+    """``NAME@HASH``: a prompt's name and the first characters of the sha256 of its template (the messages it
+    renders for a placeholder observation, one past turn of each kind), so an edited prompt is a new record."""
+    return f"{prompt}@{sha256_json(render_prompt(_placeholder_observation(), prompt))[:ID_CHARS]}"
+
+
+@lru_cache(maxsize=1)
+def _placeholder_observation() -> Observation:
+    context = _placeholder_context()
+    setup, seat = context.setup, 0
+    labels = labels_for(setup, seat)
+    history = [
+        HistoryEntry(
+            turn=t.turn, agent=labels[t.agent], action_type=t.action.action_type.value, argument=t.action.argument
+        )
+        for t in context.turns
+    ]
+    return Observation(
+        agent=setup.agent_names[seat],
+        turn=len(history),
+        background=background_for(setup, seat),
+        history=history,
+        available_actions=[a.value for a in ActionType],
+        text="{text}",
     )
 
 
@@ -237,6 +278,9 @@ def _placeholder_context() -> EpisodeContext:
 # -- cards from episodes ----------------------------------------------------------------------------------
 
 
+_PROMPTS = 3  # where ``episode_key`` holds the prompts
+
+
 def episode_key(log: EpisodeLog) -> tuple[Any, ...]:
     """The card fields one episode decides alone (all but the scenario set, the setups and the seeds)."""
     record = log.protocol or EpisodeProtocol()
@@ -246,6 +290,7 @@ def episode_key(log: EpisodeLog) -> tuple[Any, ...]:
         judge,
         record.judge_sha256,
         tuple(dims) if dims is not None else None,
+        tuple(record.prompts) if record.prompts is not None else None,
         record.max_turns,
         record.stale_turns,
         record.max_agent_errors,
@@ -276,8 +321,13 @@ class _Parts:
         if log.seed is not None:
             self.seeds.add(log.seed)
 
+    def merge(self, other: _Parts) -> None:
+        self.scenarios |= other.scenarios
+        self.setups |= other.setups
+        self.seeds |= other.seeds
+
     def card(self, key: tuple[Any, ...]) -> ProtocolCard:
-        judge, judge_hash, dims, max_turns, stale_turns, max_errors, order, version = key
+        judge, judge_hash, dims, prompts, max_turns, stale_turns, max_errors, order, version = key
         return ProtocolCard(
             scenario_ids=sorted({sid for sid, _ in self.scenarios}),
             scenarios_sha256=sha256_json(sorted(self.scenarios)),
@@ -286,6 +336,7 @@ class _Parts:
             judge=judge,
             judge_sha256=judge_hash,
             dimensions=None if dims is None else list(dims),
+            prompts=None if prompts is None else list(prompts),
             seeds=sorted(self.seeds),
             max_turns=max_turns,
             stale_turns=stale_turns,
@@ -309,13 +360,25 @@ def group_by_card(logs: Iterable[EpisodeLog], keep: Callable[[EpisodeLog], T]) -
 
     A result is the episodes of one tag with one ``episode_key``; its card adds their scenario set, setups and
     seeds. Results with equal cards (several tags of one protocol) share a group. Groups come largest first.
+    Failed episodes whose agents were never built (so their prompts are not known) join the one result of their
+    tag that differs from them in prompts alone, where there is one.
     """
     parts: dict[tuple[str, tuple[Any, ...]], _Parts] = {}
     kept: dict[tuple[str, tuple[Any, ...]], list[T]] = {}
+    unbuilt: set[tuple[str, tuple[Any, ...]]] = set()  # results of failed episodes alone, prompts unknown
     for log in logs:
         key = (log.tag, episode_key(log))
+        if key not in parts and log.status == "failed" and key[1][_PROMPTS] is None:
+            unbuilt.add(key)
+        elif log.status != "failed" or key[1][_PROMPTS] is not None:
+            unbuilt.discard(key)
         parts.setdefault(key, _Parts()).add(log)
         kept.setdefault(key, []).append(keep(log))
+    for key in unbuilt:
+        homes = [k for k in parts if k not in unbuilt and k[0] == key[0] and _but_prompts(k) == _but_prompts(key)]
+        if len(homes) == 1:
+            parts[homes[0]].merge(parts.pop(key))
+            kept[homes[0]].extend(kept.pop(key))
     groups: dict[str, CardGroup[T]] = {}
     for (tag, key), part in parts.items():
         card = part.card(key)
@@ -324,6 +387,10 @@ def group_by_card(logs: Iterable[EpisodeLog], keep: Callable[[EpisodeLog], T]) -
             group.tags.append(tag)
         group.items.extend(kept[(tag, key)])
     return sorted(groups.values(), key=lambda g: (-len(g.items), g.card.id))
+
+
+def _but_prompts(key: tuple[str, tuple[Any, ...]]) -> tuple[Any, ...]:
+    return key[1][:_PROMPTS] + key[1][_PROMPTS + 1 :]
 
 
 def cards_of(logs: Iterable[EpisodeLog]) -> list[ProtocolCard]:

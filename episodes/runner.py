@@ -140,12 +140,13 @@ async def _play_job(
 ) -> EpisodeLog:
     """Step 1 for a job: its transcript, or a ``failed`` log with the error."""
     started = time.perf_counter()
+    seats: list[Agent] | None = None  # None: not built (the failed log's prompts are then unknown)
     try:
         factory = agents or default_agent_factory()
         seats = [factory(s, i) for i, s in enumerate(job.agent_specs)] if callable(factory) else list(factory)
         log = await play(job.setup, seats, None, config, job.agent_specs, tag, job.repeat, on_turn, job.seed)
     except Exception as exc:
-        log = _failed_log(job, tag, exc, started, config or EnvConfig())
+        log = _failed_log(job, tag, exc, started, config or EnvConfig(), seats)
     if job.episode_id:
         log.id = job.episode_id
     return log
@@ -199,7 +200,7 @@ async def play(
         agent_errors=dict(env.errors),
         usage={name: _usage_of(agent) for name, agent in by_name.items()},
         wall_seconds=round(time.perf_counter() - started, 3),
-        protocol=played_under(env.config),
+        protocol=played_under(env.config, agents),
     )
     return await rate(log, evaluator)
 
@@ -237,7 +238,9 @@ class BatchSummary:
     wall_seconds: float = 0.0
 
 
-def _failed_log(job: Job, tag: str, exc: BaseException, started: float, config: EnvConfig) -> EpisodeLog:
+def _failed_log(
+    job: Job, tag: str, exc: BaseException, started: float, config: EnvConfig, agents: Sequence[Agent] | None = None
+) -> EpisodeLog:
     return EpisodeLog(
         tag=tag,
         combo_key=job.key,
@@ -251,7 +254,7 @@ def _failed_log(job: Job, tag: str, exc: BaseException, started: float, config: 
         status="failed",
         error=f"{type(exc).__name__}: {exc}",
         wall_seconds=round(time.perf_counter() - started, 3),
-        protocol=played_under(config),
+        protocol=played_under(config, agents),
     )
 
 

@@ -2,7 +2,8 @@
 
 SOTOPIA evaluates a model on its 90 scenarios (``sotopia-all``) or on the 14 hard ones (``sotopia-hard``), with 5
 character pairs per scenario, the model in each seat against a partner, at most 20 turns, round-robin, rated on
-the seven SOTOPIA-EVAL dimensions. The two id lists ship as package data (``data/sotopia_env_ids.txt``: a verbatim
+the seven SOTOPIA-EVAL dimensions. Every model is prompted with SOTOPIA's prompt (``sotopia_env.prompt``),
+whatever prompt it would get elsewhere. The two id lists ship as package data (``data/sotopia_env_ids.txt``: a verbatim
 copy of ``data/env_ids.txt`` in github.com/sotopia-lab/sotopia-rl at commit 2ebb14e); nothing is fetched at run
 time.
 
@@ -26,6 +27,7 @@ from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.sotopia_format import local_id
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.errors import UserError
+from sotopia_env.prompt import SOTOPIA
 
 IDS_FILE = "sotopia_env_ids.txt"
 SECTIONS = {"SOTOPIA-HARD": "sotopia-hard", "SOTOPIA-ALL": "sotopia-all"}
@@ -44,6 +46,7 @@ class SotopiaProtocol:
     max_turns: int = 20
     action_order: str = "round-robin"
     dimensions: str = "sotopia"
+    prompt: str = SOTOPIA
 
 
 def parse_env_ids(text: str) -> dict[str, tuple[str, ...]]:

@@ -1,15 +1,38 @@
-"""The one function that turns an observation into chat messages.
+"""The prompts: the one function family that turns an observation into chat messages.
 
-``LLMAgent`` prompts with it, and the training data builder builds every
-example with it, so a model is trained on exactly what it sees at inference.
-The Gymnasium env (``sotopia_env.single_agent``) observes through it too, and
-``prompt_text`` renders the messages as the one string a model continues.
+``LLMAgent`` prompts with ``render_prompt(observation, prompt)``, and the training data builder builds every
+example with it, so a model is trained on exactly what it sees at inference. The Gymnasium env
+(``sotopia_env.single_agent``) observes through it too, and ``prompt_text`` renders the messages as the one
+string a model continues.
+
+Two prompts (``PROMPTS``), chosen per model (``sotopia_env.backends.resolve.prompt_for_model``):
+
+- ``sotopia`` (``sotopia_prompt``): SOTOPIA's shape. The whole background, the actions and the JSON to write in
+  the system message; the conversation as a transcript in one user message. For API models, and for
+  ``benchmark --protocol``.
+- ``chat`` (``chat_prompt``): for small instruction-tuned models, run here (the embedded SmolLM2-135M). The
+  seat's character, scenario and goal in a short system message that ends with one instruction; the
+  conversation so far as chat turns (the others' lines as ``user``, the seat's own actions as ``assistant``,
+  in the JSON it wrote them in). The JSON itself is the grammar's job (the local backend constrains the reply
+  to the action schema), so the prompt only shows its shape once. A game (a phase, a list of choices) is
+  rendered as ``sotopia``: its rules need the long form.
+
+Which prompt a result was played under is recorded per episode (``episodes.protocol``), so results under
+different prompts never share a protocol card.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sotopia_env.actions import ActionType
 from sotopia_env.backends.base import prompt_text as prompt_text  # the messages as one string (a backend's)
-from sotopia_env.observation import Observation
+from sotopia_env.observation import HistoryEntry, Observation
+
+SOTOPIA = "sotopia"
+CHAT = "chat"
 
 SYSTEM_TEMPLATE = """You are playing {name} in a social simulation. Stay in character and pursue your goal, \
 as a real person would: naturally, briefly, and without revealing your goal or secrets unless it helps you.
@@ -32,7 +55,20 @@ ADDRESSING = (
 )
 
 
-def render_prompt(observation: Observation) -> list[dict[str, str]]:
+def render_prompt(observation: Observation | dict[str, Any], prompt: str = SOTOPIA) -> list[dict[str, str]]:
+    """The chat messages of ``observation`` under ``prompt`` (a name in ``PROMPTS``)."""
+    return prompt_function(prompt)(Observation.from_env(observation))
+
+
+def prompt_function(prompt: str) -> Callable[[Observation], list[dict[str, str]]]:
+    """The function of ``prompt``; a ``ValueError`` that names the known ones for any other name."""
+    try:
+        return PROMPTS[prompt]
+    except KeyError:
+        raise ValueError(f"unknown prompt {prompt!r} (known: {', '.join(sorted(PROMPTS))})") from None
+
+
+def sotopia_prompt(observation: Observation) -> list[dict[str, str]]:
     """System: who you are, the scenario, what you know, your goal, and how to answer. User: the conversation
     and whose move it is (in a game, the phase and the choices a move must take one of). With three or more
     present (and in every game), the system message says how to address some of them only (``ADDRESSING``).
@@ -42,7 +78,7 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
     a server's) then recomputes only the new lines. The actions are listed speak first (``ACTION_HELP``'s
     order), whatever order the env gives them in.
     """
-    obs = Observation.from_env(observation)
+    obs = observation
     history = "\n".join(h.render() for h in obs.history) or "(The conversation has not started yet.)"
     ranked = sorted(obs.available_actions, key=lambda a: list(ACTION_HELP).index(a) if a in ACTION_HELP else 99)
     options = "\n".join(f'- "{a}": {ACTION_HELP.get(a, a)}' for a in ranked)
@@ -64,3 +100,87 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
         user += f" The argument must be one of: {'; '.join(shown)}{more}."
 
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+CHAT_FORMAT = '{"action_type": "speak", "argument": "..."}'
+_GOAL_TAGS = re.compile(r"</?[a-z_]+>")  # SOTOPIA's <extra_info>, <strategy_hint>
+_ME = re.compile(r"You are (?P<name>.+?)\. (?:Name: .+?\. (?P<who>\d+-year-old [^,]+), pronouns)?")
+_OTHER = re.compile(r"(?:The other|Another) participant \((?P<label>.+?)\), (?P<relation>.+?): ")
+
+
+def seat_brief(background: str) -> dict[str, Any]:
+    """What the chat prompt takes from a seat's background (``observation.background_for`` writes it): the
+    scenario, the seat's own name and description, the others as ``(label, relation)`` and the seat's goal."""
+    brief: dict[str, Any] = {"scenario": "", "me": "", "others": [], "goal": ""}
+    for line in background.splitlines():
+        if line.startswith("Scenario: "):
+            brief["scenario"] = line.removeprefix("Scenario: ")
+        elif line.startswith("Your goal: "):
+            brief["goal"] = _GOAL_TAGS.sub("", line.removeprefix("Your goal: "))
+        elif (me := _ME.match(line)) is not None:
+            brief["me"] = me["name"] + (f", a {me['who']}" if me["who"] else "")
+        elif (other := _OTHER.match(line)) is not None:
+            brief["others"].append((other["label"], other["relation"]))
+    return brief
+
+
+def chat_prompt(observation: Observation) -> list[dict[str, str]]:
+    """System: the seat's character, the others present, the scenario, its goal, and one instruction with the
+    reply's shape. Then the conversation as chat turns: the others' lines as ``user`` messages (their words, a
+    gesture between asterisks), the seat's own as ``assistant`` messages in the JSON it wrote. The seat's own
+    goal only: the others' goals and secrets are never in its background.
+
+    A turn's prompt is the previous turn's plus the new lines, so a prefix cache recomputes only those."""
+    obs = observation
+    if obs.phase or obs.choices:
+        return sotopia_prompt(obs)
+    brief = seat_brief(obs.background)
+    first = obs.agent.split()[0]
+    others = brief["others"]
+    partner = others[0][0] if len(others) == 1 else "the others"
+    company = "; ".join(f"{label}, {relation}" for label, relation in others)
+    system = (
+        f"You are {brief['me'] or obs.agent}. You are with {company or 'someone'}.\n\n"
+        f"Scenario: {brief['scenario']}\n\n"
+        f"Your goal: {brief['goal']}\n\n"
+        f"Say what {first} says next to {partner}: one or two short sentences that move toward your goal. "
+        f"{CHAT_FORMAT}"
+    )
+    messages = [{"role": "system", "content": system}]
+    named = len(others) > 1
+    if not obs.history or obs.history[0].agent == obs.agent:
+        _append(messages, "user", "(You start.)")
+    for entry in obs.history:
+        if entry.agent == obs.agent:
+            if entry.action_type != ActionType.none.value:
+                _append(messages, "assistant", entry.as_action().to_json())
+        elif (line := _their_line(entry, named)) is not None:
+            _append(messages, "user", line)
+    if messages[-1]["role"] != "user":
+        _append(messages, "user", "(Go on.)")
+    return messages
+
+
+def _their_line(entry: HistoryEntry, named: bool) -> str | None:
+    """Another seat's move as the chat prompt shows it; None for doing nothing."""
+    kind = ActionType(entry.action_type)
+    if kind is ActionType.none:
+        return None
+    if kind is ActionType.leave:
+        text = f"({entry.agent} leaves.)"
+    elif kind is ActionType.speak:
+        text = entry.argument
+    else:
+        text = f"*{entry.argument}*"
+    return f"{entry.agent}: {text}" if named and kind is not ActionType.leave else text
+
+
+def _append(messages: list[dict[str, str]], role: str, text: str) -> None:
+    """A chat turn; a second line in a row from the same side joins the last message."""
+    if messages[-1]["role"] == role:
+        messages[-1]["content"] += "\n" + text
+    else:
+        messages.append({"role": role, "content": text})
+
+
+PROMPTS: dict[str, Callable[[Observation], list[dict[str, str]]]] = {SOTOPIA: sotopia_prompt, CHAT: chat_prompt}

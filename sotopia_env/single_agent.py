@@ -3,8 +3,9 @@
 Registered as ``sotopia_env/Social-v0``. Observation and action are text.
 
 Observation: exactly the prompt an ``LLMAgent`` sends and the training data holds.
-``info["messages"]`` is ``sotopia_env.prompt.render_prompt(observation)``, the chat
-messages, and the observation string is those messages rendered by
+``info["messages"]`` is ``sotopia_env.prompt.render_prompt(observation, prompt)``, the chat
+messages (``prompt``: SOTOPIA's by default; ``"chat"`` for a small local model, as its
+agent is prompted), and the observation string is those messages rendered by
 ``sotopia_env.prompt.prompt_text``: with ``tokenizer`` (anything with
 ``apply_chat_template``, e.g. a transformers tokenizer or ``LocalBackend.tokenizer``)
 its chat template with the generation prompt, byte for byte what the local backend
@@ -59,7 +60,7 @@ from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup, reset_for_episode
 from sotopia_env.evaluators.base import Evaluator
 from sotopia_env.observation import Observation
-from sotopia_env.prompt import prompt_text, render_prompt
+from sotopia_env.prompt import SOTOPIA, prompt_function, prompt_text, render_prompt
 from sotopia_env.spaces import ActionText, FreeText
 
 RewardFn = Callable[[str, str, dict[str, Any]], float | None]
@@ -111,7 +112,10 @@ class SingleAgentSocialEnv(gym.Env):
         render_mode: str | None = None,
         reward_fns: Sequence[RewardFn] = (),
         tokenizer: Any = None,
+        prompt: str = SOTOPIA,
     ) -> None:
+        prompt_function(prompt)  # an unknown name fails here
+        self.prompt = prompt
         self.env = SocialEnv(setup=setup, evaluator=evaluator, config=config)
         self.partner = partner if partner is not None else CannedPartner()
         self.learner_seat = learner_seat
@@ -141,7 +145,7 @@ class SingleAgentSocialEnv(gym.Env):
 
     def _observe(self, obs: dict) -> tuple[str, list[dict[str, str]]]:
         """The learner's observation as ``render_prompt`` messages and as their rendered string."""
-        messages = render_prompt(Observation.from_env(obs[self.learner]))
+        messages = render_prompt(Observation.from_env(obs[self.learner]), self.prompt)
         return prompt_text(messages, self.tokenizer), messages
 
     def _advance_partner(self, obs: dict, infos: dict) -> tuple[dict, dict, dict, dict, dict]:

@@ -70,11 +70,13 @@ def test_lora_run_resumes_from_its_checkpoint_and_loads_in_the_local_backend(tmp
     assert again.resumed_from and again.resumed_from.endswith("checkpoint-2")
     assert again.steps == 4 and again.losses[:2] == first.losses and len(again.losses) == 4
     ref = json.loads((tmp_path / MODEL_REF).read_text())
-    assert ref == {"base": str(Path(tiny_model_spec(tmp_path_factory)).resolve()), "adapter": "adapter"}
+    base = str(Path(tiny_model_spec(tmp_path_factory)).resolve())
+    assert ref == {"base": base, "adapter": "adapter", "prompt": "sotopia"}  # the dataset's prompt, not the base's
     assert read_model_ref(tmp_path)[1] == str((tmp_path / "adapter").resolve())
     assert json.loads((tmp_path / "train_result.json").read_text())["losses"] == again.losses
     backend = LocalBackend.from_spec(str(tmp_path))
     assert backend.model.endswith("adapter")
+    assert backend.preferred_prompt == "sotopia"  # prompted as it was trained, though a local model gets "chat"
     backend.close()
 
 
@@ -103,5 +105,8 @@ def test_full_finetune_saves_a_plain_model_dir(tmp_path_factory, tmp_path, datas
 
     result = train_sft(dataset, _config(tmp_path_factory, tmp_path, full_finetune=True, max_steps=1))
     assert (tmp_path / "config.json").is_file() and list(tmp_path.glob("*.safetensors"))
-    assert not (tmp_path / MODEL_REF).exists()
-    LocalBackend.from_spec(result.model_dir).close()
+    ref = json.loads((tmp_path / MODEL_REF).read_text())  # names itself, to record the prompt
+    assert ref == {"base": str(tmp_path.resolve()), "adapter": None, "prompt": "sotopia"}
+    backend = LocalBackend.from_spec(result.model_dir)
+    assert backend.model == str(tmp_path.resolve()) and backend.preferred_prompt == "sotopia"
+    backend.close()

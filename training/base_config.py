@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sotopia_env.backends.endpoints import ApiBase
+from sotopia_env.backends.resolve import prompt_for_model
 from sotopia_env.model_ref import read_model_ref
 
 
@@ -29,6 +30,9 @@ class BaseTrainConfig:
     base_model: str = "smollm2-135m"  # alias, hub id, model dir, or a trained model spec (continued)
     output_dir: str = "outputs/train"
     init_adapter: str | None = None  # continue this LoRA adapter (set from a trained model spec)
+    # The prompt (sotopia_env.prompt) the model is trained on and that its model directory records, so that it is
+    # prompted with it ever after; None: the starting model's own (``trained_prompt``).
+    prompt: str | None = None
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
@@ -53,9 +57,18 @@ class BaseTrainConfig:
             raise ValueError(f"learning_rate must not be negative, not {self.learning_rate}")
 
     def starting_from(self, policy: str) -> Any:
-        """This config starting from ``policy``: a trained model spec continues its adapter."""
+        """This config starting from ``policy``: a trained model spec continues its adapter, and its prompt."""
         base, adapter = read_model_ref(policy)
-        return dataclasses.replace(self, base_model=base, init_adapter=adapter)
+        return dataclasses.replace(self, base_model=base, init_adapter=adapter, prompt=self.prompt_for(policy))
+
+    def prompt_for(self, policy: str) -> str:
+        """The prompt a model trained from ``policy`` is trained on: ``prompt`` if set, else ``policy``'s own."""
+        return self.prompt or prompt_for_model(policy)
+
+    @property
+    def trained_prompt(self) -> str:
+        """The prompt the model is trained on and recorded with (``prompt``, else ``base_model``'s own)."""
+        return self.prompt_for(self.base_model)
 
 
 @dataclass

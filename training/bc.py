@@ -59,16 +59,16 @@ def run_bc(ctx: StageContext) -> StageResult:
     sample_filters, example_filters = c.bc.filter.build(c.seed)
     if c.bc.partner and c.bc.source is None:
         sample_filters = [played_by(c.bc.expert), *sample_filters]
+    config = c.train_config("bc", c.bc.train, base_model=c.base_model, output_dir=str(out), progress=ctx.train_progress)
     dataset, summary = ctx.shared_dataset(
         out / "dataset.jsonl",
-        lambda: build_dataset(logs, sample_filters, example_filters, config=c.env, keep_unrated=unrated),
+        lambda: build_dataset(
+            logs, sample_filters, example_filters, config=c.env, keep_unrated=unrated, prompt=config.trained_prompt
+        ),
     )
 
-    # 3. train the base model on it
-    result = train_sft(
-        dataset,
-        c.train_config("bc", c.bc.train, base_model=c.base_model, output_dir=str(out), progress=ctx.train_progress),
-    )
+    # 3. train the base model on it (in the prompt the dataset was rendered in)
+    result = train_sft(dataset, config)
     return StageResult(
         name=STAGE,
         model=result.model_dir,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.backends.resolve import prompt_for_model
 from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
 from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
 from sotopia_env.episodes.store import EpisodeStore, open_store
@@ -180,7 +181,10 @@ def stage_agents(
     factory = default_agent_factory(settings=settings, api_base=api_base)
     if served_api_base is None:
         return factory
-    return _served(policy, default_agent_factory(settings=settings, api_base=served_api_base), factory)
+    served = default_agent_factory(
+        settings=settings, api_base=served_api_base, prompt=policy and prompt_for_model(policy)
+    )
+    return _served(policy, served, factory)
 
 
 def _served(policy: str | None, served: AgentFactory, others: AgentFactory) -> AgentFactory:

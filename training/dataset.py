@@ -2,11 +2,14 @@
 
 Every example is in TRL's conversational prompt-completion format::
 
-    {"prompt": [system, user], "completion": [{"role": "assistant", "content": <action JSON>}], ...metadata}
+    {"prompt": [system, ...], "completion": [{"role": "assistant", "content": <action JSON>}], ...metadata}
 
-``prompt`` is exactly ``sotopia_env.prompt.render_prompt(observation)`` (the function
+``prompt`` is exactly ``sotopia_env.prompt.render_prompt(observation, prompt)`` (the function
 ``LLMAgent`` prompts with and the Gymnasium env observes through) for the
-observation the agent had on that turn. The observation is rebuilt by replaying
+observation the agent had on that turn, under the prompt of the model being trained
+(``prompt=``: ``sotopia_env.backends.resolve.prompt_for_model`` of it; the trained model
+directory records it, and is prompted with it ever after). Each row names it (``prompt_name``), and the
+trainer records that name (``dataset_prompt``). The observation is rebuilt by replaying
 the episode's recorded actions through ``SocialEnv``, so the model is trained on
 exactly what it would see at inference. ``SFTTrainer`` puts the loss on the
 completion (the assistant's action) only.
@@ -34,7 +37,7 @@ from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.errors import UserError
 from sotopia_env.observation import Observation
-from sotopia_env.prompt import render_prompt
+from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 from sotopia_env.transcript import MODERATOR, Turn
 
 _NO_LIMIT = 10**9
@@ -87,6 +90,7 @@ class Example:
     turn: int
     action_type: str
     goal: float
+    prompt_name: str = SOTOPIA  # the prompt ``prompt`` was rendered in (sotopia_env.prompt.PROMPTS)
 
     def to_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -169,12 +173,12 @@ def replay(log: EpisodeLog, config: EnvConfig | None = None) -> Iterator[tuple[T
         obs, _, _, _, infos = env.step(actions)
 
 
-def sample_examples(sample: Sample, config: EnvConfig | None = None) -> list[Example]:
-    """The examples of one seat of one episode, in turn order."""
+def sample_examples(sample: Sample, config: EnvConfig | None = None, prompt: str = SOTOPIA) -> list[Example]:
+    """The examples of one seat of one episode, in turn order, prompted as ``prompt`` prompts."""
     goal = sample.score("goal")
     return [
         Example(
-            prompt=render_prompt(observation),
+            prompt=render_prompt(observation, prompt),
             completion=[{"role": "assistant", "content": turn.action.to_json()}],
             episode_id=sample.log.id,
             scenario_id=sample.scenario_id,
@@ -183,6 +187,7 @@ def sample_examples(sample: Sample, config: EnvConfig | None = None) -> list[Exa
             turn=turn.turn,
             action_type=turn.action.action_type.value,
             goal=goal,
+            prompt_name=prompt,
         )
         for turn, observation in replay(sample.log, config)
         if turn.agent == sample.agent
@@ -289,9 +294,12 @@ def collect_examples(
     example_filters: Sequence[ExampleFilter] = (),
     config: EnvConfig | None = None,
     keep_unrated: bool = False,
+    prompt: str = SOTOPIA,
 ) -> tuple[list[Example], DatasetStats]:
     """Run the pipeline of the module docstring; the examples and the counts of each step.
-    ``keep_unrated`` is for sample filters that do not look at ratings."""
+    ``keep_unrated`` is for sample filters that do not look at ratings; ``prompt`` names the prompt
+    (``sotopia_env.prompt.PROMPTS``) the examples are rendered with."""
+    prompt_function(prompt)  # an unknown name: one line, before any replay
     logs = list(logs)
     refuse_test_split(logs)
     stats = DatasetStats(episodes=len(logs))
@@ -312,7 +320,7 @@ def collect_examples(
     for sample_filter in sample_filters:
         samples = sample_filter(samples)
     stats.samples_kept = len(samples)
-    examples = [e for s in samples for e in sample_examples(s, config)]
+    examples = [e for s in samples for e in sample_examples(s, config, prompt)]
     stats.examples_replayed = len(examples)
     for example_filter in example_filters:
         examples = example_filter(examples)
@@ -320,6 +328,17 @@ def collect_examples(
     for e in examples:
         stats.per_seat[e.seat] = stats.per_seat.get(e.seat, 0) + 1
     return examples, stats
+
+
+def dataset_prompt(dataset: Any) -> str | None:
+    """The prompt a dataset's rows were rendered in: its ``prompt_name`` column's one value (None without the
+    column); ``ValueError`` for a dataset that mixes prompts, since a model is trained on one."""
+    if "prompt_name" not in dataset.column_names:
+        return None
+    names = set(dataset["prompt_name"])
+    if len(names) > 1:
+        raise ValueError(f"the dataset mixes prompts ({', '.join(sorted(names))}); a model is trained on one")
+    return names.pop() if names else None
 
 
 def to_hf_dataset(examples: Sequence[Example]):
@@ -335,7 +354,8 @@ def build_dataset(
     example_filters: Sequence[ExampleFilter] = (),
     config: EnvConfig | None = None,
     keep_unrated: bool = False,
+    prompt: str = SOTOPIA,
 ):
     """``(datasets.Dataset, DatasetStats)``: ``collect_examples`` as a Hugging Face dataset."""
-    examples, stats = collect_examples(logs, sample_filters, example_filters, config, keep_unrated)
+    examples, stats = collect_examples(logs, sample_filters, example_filters, config, keep_unrated, prompt)
     return to_hf_dataset(examples), stats

@@ -405,6 +405,7 @@ def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
         api_base=config.api_base,
         turn_reward=config.turn_reward,
         dense_reward=config.dense_reward,
+        prompt=config.prompt_for(policy_spec),  # what the trained model records (``trained_prompt``)
     )
     for setup in setups:  # every start must have a seat for the policy: one line naming the first that has none
         try:
@@ -532,7 +533,7 @@ def train_in_this_process(config: EpisodeGRPOConfig) -> GRPOResult:
     model.eval()
     if REF_ADAPTER in getattr(model, "peft_config", {}):
         model.delete_adapter(REF_ADAPTER)  # the model spec holds the trained adapter only
-    save_model_spec(model, tokenizer, out, config.base_model)
+    save_model_spec(model, tokenizer, out, config.base_model, config.trained_prompt)
     release_backends({rollout.partner}, keep=getattr(rollout.evaluator, "backend", None))  # a model partner's weights
     result = GRPOResult(
         model_dir=str(out),

@@ -150,6 +150,7 @@ class Rollout:
     dense_reward: float = 0.0
     partner_settings: GenerationSettings = field(default_factory=GenerationSettings)
     role: str | None = None
+    prompt: str | None = None  # the policy's prompt (sotopia_env.prompt); None: its backend's
 
     def partner_agent(self) -> Agent:
         from sotopia_env.agents.loading import load_agent
@@ -180,7 +181,12 @@ async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed
     constrained = rollout.constrained
     policies = {  # one agent per seat (each keeps its own moves); the seeds differ so teammates do not sample alike
         seat: CreditingAgent(
-            LLMAgent(recorder, settings=replace(rollout.settings, seed=seed + 7919 * k), constrained=constrained)
+            LLMAgent(
+                recorder,
+                settings=replace(rollout.settings, seed=seed + 7919 * k),
+                constrained=constrained,
+                prompt=rollout.prompt,
+            )
         )
         for k, seat in enumerate(learners)
     }

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sotopia_env.training.base_config import BaseTrainConfig, PipelineInputs
+from sotopia_env.training.dataset import dataset_prompt
 from sotopia_env.training.grpo_rollouts import local_rollout_func, uses_local_rollouts
 from sotopia_env.training.model_setup import (
     CHECKPOINTS_DIR,
@@ -177,7 +178,7 @@ def train_grpo(config: GRPOStageConfig) -> GRPOResult:
     log = [h for h in trainer.state.log_history if "reward" in h or "loss" in h]
 
     # 4. save a model spec
-    save_adapter_spec(trainer, out, config.base_model)
+    save_adapter_spec(trainer, out, config.base_model, dataset_prompt(task.dataset) or config.trained_prompt)
     result = GRPOResult(
         model_dir=str(out),
         task=task.name,

@@ -179,20 +179,20 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return get_last_checkpoint(str(checkpoints))
 
 
-def save_adapter_spec(trainer, out: Path, base_model: str) -> None:
+def save_adapter_spec(trainer, out: Path, base_model: str, prompt: str) -> None:
     """``out`` as a model spec: the trained adapter and the tokenizer in ``out/adapter`` (``trainer.save_model``:
     the main process writes; under DeepSpeed ZeRO-3 or FSDP every rank joins the gather), and
-    ``sotopia_model.json`` naming both."""
+    ``sotopia_model.json`` naming both and the prompt it was trained on."""
     trainer.save_model(str(out / ADAPTER_DIR))
     if trainer.args.should_save:
-        write_model_ref(out, base_model, ADAPTER_DIR)
+        write_model_ref(out, base_model, ADAPTER_DIR, prompt)
 
 
-def save_model_spec(model, tokenizer, out: Path, base_model: str) -> None:
+def save_model_spec(model, tokenizer, out: Path, base_model: str, prompt: str) -> None:
     """The same model spec from a loop of our own (one process, no trainer): ``training.episode_grpo``."""
     model.save_pretrained(str(out / ADAPTER_DIR))
     tokenizer.save_pretrained(str(out / ADAPTER_DIR))
-    write_model_ref(out, base_model, ADAPTER_DIR)
+    write_model_ref(out, base_model, ADAPTER_DIR, prompt)
 
 
 def finish(trainer, result: Any, path: Path) -> None:

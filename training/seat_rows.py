@@ -22,6 +22,7 @@ from sotopia_env.errors import UserError
 from sotopia_env.evaluators import VERIFIABLE, Evaluator, make_evaluator
 from sotopia_env.library import Library, load_library
 from sotopia_env.profiles import Scenario
+from sotopia_env.prompt import SOTOPIA
 from sotopia_env.sampler import sample_setup
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession
 
@@ -117,8 +118,9 @@ def _passing() -> Agent:
 class SessionMaker:
     """Opens sessions from rows: one library, one evaluator per judge spec (its backend shared by every session)."""
 
-    def __init__(self, library: Library | None = None, api_base: ApiBase = None) -> None:
+    def __init__(self, library: Library | None = None, api_base: ApiBase = None, prompt: str = SOTOPIA) -> None:
         self.library = library or load_library()
+        self.prompt = prompt  # the policy's prompt (``prompt_for_model`` of it): what an LLMAgent of it would see
         self.api_base = ModelServers.parse(api_base)  # parsed once; every partner and judge gets this value
         self._judges: dict[str, Evaluator | None] = {}
 
@@ -151,6 +153,7 @@ class SessionMaker:
             seed=row.seed,
             specs=seat_specs,
             dense_reward=row.dense_reward,
+            prompt=self.prompt,
         )
 
     def opening_system(self, row: SeatRow | dict, loop: BackgroundLoop | None = None) -> str:

@@ -39,7 +39,7 @@ from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.evaluators import Evaluator
 from sotopia_env.observation import Observation, SeatView, background_for, labels_for
-from sotopia_env.prompt import render_prompt
+from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 from sotopia_env.rewards import episode_reward
 
 T = TypeVar("T")
@@ -106,6 +106,7 @@ class SeatSession:
         specs: Sequence[str] | None = None,
         dense_reward: float = 0.0,
         max_retries: int = MAX_RETRIES,
+        prompt: str = SOTOPIA,
     ) -> None:
         seats = setup.scenario.num_agents
         if not 0 <= seat < seats:
@@ -115,6 +116,8 @@ class SeatSession:
         self.setup, self.seat, self.evaluator, self.seed = setup, seat, evaluator, seed
         self.config = config or EnvConfig()
         self.dense_reward, self.max_retries = dense_reward, max_retries
+        self.prompt = prompt  # the prompt (sotopia_env.prompt) the seat's messages are rendered in: its model's
+        prompt_function(prompt)  # an unknown name fails here
         self.driven = DrivenSeat()
         others = iter(partners)
         self.agents: list[Agent] = [self.driven if s == seat else next(others) for s in range(seats)]
@@ -194,8 +197,9 @@ class SeatSession:
         await asyncio.wait({asked, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if asked.done():
             observation = asked.result()
-            messages = render_prompt(observation)
-            self.turn = SeatTurn(messages, self._news(observation, _user_tail(messages)), observation)
+            messages = render_prompt(observation, self.prompt)
+            tail = _user_tail(render_prompt(observation, SOTOPIA))  # whose move it is, whichever the prompt
+            self.turn = SeatTurn(messages, self._news(observation, tail), observation)
             return self.turn
         asked.cancel()
         try:
@@ -203,14 +207,15 @@ class SeatSession:
         except Exception as exc:  # a partner or judge that broke the episode: unrated, reported
             observation = self.turn.observation if self.turn is not None else self._final_observation([])
             error = f"the episode could not be played: {type(exc).__name__}: {exc}"
-            self.turn = SeatTurn(render_prompt(observation), error, observation, True, error)
+            self.turn = SeatTurn(render_prompt(observation, self.prompt), error, observation, True, error)
             return self.turn
         observation = self._final_observation(self.log.turns)
         reason = self.log.termination_reason
         reward = episode_reward(self.log, self.seat, self.config.reward_dimension, dense_reward=self.dense_reward)
         rated = "" if reward.value is not None else " It could not be rated."
         update = self._news(observation, f"The episode is over ({reason}).{rated}")
-        self.turn = SeatTurn(render_prompt(observation), update, observation, True, None, reward.value, reason)
+        messages = render_prompt(observation, self.prompt)
+        self.turn = SeatTurn(messages, update, observation, True, None, reward.value, reason)
         return self.turn
 
     def _news(self, observation: Observation, tail: str) -> str:

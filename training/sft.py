@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sotopia_env.model_ref import write_model_ref
 from sotopia_env.training.base_config import BaseTrainConfig
+from sotopia_env.training.dataset import dataset_prompt
 from sotopia_env.training.model_setup import (
     CHECKPOINTS_DIR,
     adapter_setup,
@@ -91,6 +93,9 @@ def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
 
     if len(dataset) == 0:
         raise ValueError("the training dataset is empty (did the filters drop every episode?)")
+    prompt = dataset_prompt(dataset) or config.trained_prompt  # what the model directory records
+    if config.prompt and prompt != config.prompt:
+        raise ValueError(f"the dataset was rendered in the {prompt!r} prompt, the config names {config.prompt!r}")
     started = time.perf_counter()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,8 +126,10 @@ def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
     # 5. save something the local backend can load (the main process writes; every rank joins the gather)
     if config.full_finetune:
         trainer.save_model(str(out))  # with the tokenizer
+        if trainer.args.should_save:
+            write_model_ref(out, str(out), None, prompt)  # names itself: a model dir that records its prompt
     else:
-        save_adapter_spec(trainer, out, config.base_model)
+        save_adapter_spec(trainer, out, config.base_model, prompt)
     result = TrainResult(
         model_dir=str(out),
         losses=losses,

@@ -38,7 +38,10 @@ def run_sr_round(ctx: StageContext, round_: int, policy: str) -> StageResult:
     keys = {job.key for job in jobs}
     logs = [log for log in ctx.store.iter(tag) if log.combo_key in keys]
     filters = c.sr.filter.build(c.seed + round_)
-    dataset, stats = ctx.shared_dataset(out / "dataset.jsonl", lambda: build_dataset(logs, *filters, config=c.env))
+    prompt = c.train.prompt_for(policy)  # the policy's own, unless the config names one
+    dataset, stats = ctx.shared_dataset(
+        out / "dataset.jsonl", lambda: build_dataset(logs, *filters, config=c.env, prompt=prompt)
+    )
     result = StageResult(name=name, model=policy, tag=tag, episodes=batch_counts(summary), dataset=stats)
     if len(dataset) == 0:
         result.note = "no example passed the filters; the policy is unchanged"
@@ -50,6 +53,7 @@ def run_sr_round(ctx: StageContext, round_: int, policy: str) -> StageResult:
     else:
         base, adapter = read_model_ref(policy)
         start = {"base_model": base, "init_adapter": adapter}
+    start["prompt"] = prompt
     trained = train_sft(
         dataset, c.train_config("sr", c.sr.train, output_dir=str(out), progress=ctx.train_progress, **start)
     )

@@ -79,7 +79,7 @@ from sotopia_env.backends.base import ChatRequest, Completion, describe, prompt_
 from sotopia_env.backends.devices import pick_device, pick_dtype
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
-from sotopia_env.model_ref import read_model_ref
+from sotopia_env.model_ref import model_prompt, read_model_ref
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -131,8 +131,10 @@ class LocalBackend:
         kv_cache_mb: int = 2048,
         continuous: bool = True,
         executor: Executor | None = None,
+        prompt: str = "chat",  # a name of sotopia_env.prompt.PROMPTS (the backends do not import the world)
     ) -> None:
         self.model = name
+        self.preferred_prompt = prompt  # what an ``LLMAgent`` on this backend prompts with (sotopia_env.prompt)
         self.lm = model
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
@@ -174,11 +176,13 @@ class LocalBackend:
         continuous: bool = True,
         **_: Any,
     ) -> LocalBackend:
-        """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA."""
+        """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA.
+        Its agents prompt as ``resolve.prompt_for_model(spec)`` says: a trained model as it was trained."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from sotopia_env.embedded_models import resolve_model_path
 
+        prompt = model_prompt(spec) or "chat"  # as ``resolve.prompt_for_model``: a trained model as it was trained
         base, adapter = read_model_ref(spec, adapter)
         dev = pick_device(device)
         path = resolve_model_path(base)
@@ -200,6 +204,7 @@ class LocalBackend:
             prefix_cache_mb=prefix_cache_mb,
             kv_cache_mb=kv_cache_mb,
             continuous=continuous,
+            prompt=prompt,
         )
 
     @property

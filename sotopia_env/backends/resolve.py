@@ -15,6 +15,9 @@ Specs:
 
 Backends are shared per (spec, api_base), so two agents on the same local
 model share one copy of the weights and one batch.
+
+``prompt_for_model`` says which prompt (``sotopia_env.prompt``) a spec's agents are prompted with, and the
+training data for it is built with.
 """
 
 from __future__ import annotations
@@ -50,6 +53,18 @@ def is_local_spec(spec: str) -> bool:
     from sotopia_env.embedded_models import EMBEDDED_MODELS
 
     return spec in EMBEDDED_MODELS or spec.startswith("local:") or Path(spec).is_dir()
+
+
+def prompt_for_model(spec: str) -> str:
+    """The prompt ``spec``'s model is prompted with: a trained model directory's own (what it was trained on),
+    ``chat`` for any other model run here (the embedded small models, a ``local:`` hub id, a model directory),
+    SOTOPIA's for a model behind an API."""
+    from sotopia_env.model_ref import model_prompt
+
+    trained = model_prompt(spec.removeprefix("local:"))
+    if trained is not None:
+        return trained  # an agent built with it checks the name (``sotopia_env.prompt.prompt_function``)
+    return "chat" if is_local_spec(spec) else "sotopia"
 
 
 def release_backends(specs: set[str] | None = None, keep: object = None) -> None:

@@ -19,7 +19,8 @@ Rewards:
   (state, candidate), so a repeated candidate is not judged twice.
 
 Options (``task_options``): ``judge`` (a model spec, default the embedded ``smollm2-135m``; ``none`` for no LLM
-judge, e.g. on verifiable episodes alone), ``api_base``.
+judge, e.g. on verifiable episodes alone), ``api_base``, ``prompt`` (the prompt the turns are rendered in,
+``sotopia_env.prompt.PROMPTS``; default SOTOPIA's): the trained model records it and is prompted with it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sotopia_env.agents.loading import RULE_PARTNER
 from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluators import run_to_completion
 from sotopia_env.kinds import PARTNER_SEAT, kind_for, validate_facts
+from sotopia_env.prompt import SOTOPIA
 from sotopia_env.training.rewards._text import completion_text
 from sotopia_env.training.rl.registry import RLTask, TaskError, register_task
 
@@ -153,8 +155,8 @@ def no_rule_partner(samples: list[Sample]) -> list[Sample]:
     return [s for s in samples if s.model != RULE_PARTNER]
 
 
-def turn_dataset(data: str, max_items: int | None):
-    """The per-turn prompts of the rated train-split episodes in ``data``."""
+def turn_dataset(data: str, max_items: int | None, prompt: str = SOTOPIA):
+    """The per-turn prompts of the rated train-split episodes in ``data``, rendered in ``prompt``."""
     from sotopia_env.episodes.export import import_jsonl
     from sotopia_env.training.dataset import build_dataset
 
@@ -163,10 +165,13 @@ def turn_dataset(data: str, max_items: int | None):
     except (ValueError, OSError) as exc:
         raise TaskError(str(exc)) from None
     logs = [log for log in logs if log.setup.scenario.split == "train"]
-    dataset, _ = build_dataset(logs, sample_filters=[no_rule_partner])
+    try:
+        dataset, _ = build_dataset(logs, sample_filters=[no_rule_partner], prompt=prompt)
+    except ValueError as exc:  # an unknown prompt name
+        raise TaskError(f"task 'social_turns': {exc}") from None
     if len(dataset) == 0:
         raise TaskError(f"{data}: no turns of rated episodes on train-split scenarios")
-    dataset = dataset.select_columns(["prompt", "episode_id", "scenario_id", "agent", "turn"])
+    dataset = dataset.select_columns(["prompt", "episode_id", "scenario_id", "agent", "turn", "prompt_name"])
     if any(log.setup.scenario.verifiable for log in logs):
         by_id = {log.id: log for log in logs}
         states = [verifiable_state(by_id[e], t) for e, t in zip(dataset["episode_id"], dataset["turn"], strict=True)]
@@ -176,13 +181,17 @@ def turn_dataset(data: str, max_items: int | None):
 
 @register_task("social_turns")
 def social_turns_task(
-    data: str | None, max_items: int | None, judge: str = "smollm2-135m", api_base: str | None = None
+    data: str | None,
+    max_items: int | None,
+    judge: str = "smollm2-135m",
+    api_base: str | None = None,
+    prompt: str = SOTOPIA,
 ) -> RLTask:
     from sotopia_env.backends.resolve import resolve_backend
 
     if not data:
         raise TaskError("task 'social_turns' needs a data file (set 'data': an episodes JSONL)")
-    dataset = turn_dataset(data, max_items)
+    dataset = turn_dataset(data, max_items, prompt)
     rewards: list = [action_valid]
     if "verifiable_state" in dataset.column_names:
         rewards.append(verifiable_turn)
