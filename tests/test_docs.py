@@ -1,8 +1,12 @@
-"""The README runs as written.
+"""The README and the documentation site run as written, and the site builds strictly.
 
-Its Quickstart, Custom agents, Episodes (export, import, report) and Python API blocks are extracted and run in
-a subprocess from a temporary folder, through the installed ``sotopia-env`` script. Only these changes are made,
-so that they run offline and fast:
+Every fenced block of README.md and of the site's pages (``docs/*.md``; see ``readme_blocks.pages``) runs, in that
+order, from one temporary folder with one episode store, as a reader following them would: ``bash`` blocks line by
+line through the installed ``sotopia-env`` script (``pip ...`` lines are left out: the install is the test's own),
+``python`` blocks as scripts (or, when their first line is ``# name.py``, written as that file for the later blocks),
+``yaml`` blocks parsed. A block that cannot run here (a GPU, an API key, a cluster, a dataset, minutes of training)
+has ``<!-- not run: REASON -->`` on the line just above its fence; its Python is still compiled and its YAML still
+parsed. Only these changes are made, so that the blocks run offline and fast:
 
 - network models reach a loopback OpenAI-compatible server: ``OPENAI_BASE_URL`` points litellm's hosted models
   at it, and the README's example server URL ``http://localhost:8000/v1`` is replaced by its URL;
@@ -11,7 +15,7 @@ so that they run offline and fast:
   first page (``serve``'s at the URL with the token it prints);
 - the episode store and the working folder are temporary.
 
-A README edit that breaks an example turns this test red.
+A docs edit that breaks an example turns this test red.
 """
 
 from __future__ import annotations
@@ -29,13 +33,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_port
 from loopback_openai import LoopbackOpenAI
-from readme_blocks import blocks, strip_comment
+from readme_blocks import DOCS, README, Block, page_blocks, pages, strip_comment
 from server_harness import printed_url
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _loopback_server import respond  # noqa: E402  (valid actions and ratings for any of our schemas)
 
-pytestmark = pytest.mark.model
 EXAMPLE_SERVER = "http://localhost:8000/v1"
 BIN = Path(sys.executable).parent
 
@@ -48,7 +51,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory, embedded_model_path) -> Path:
-    return tmp_path_factory.mktemp("readme")
+    return tmp_path_factory.mktemp("docs")
 
 
 def environment(folder: Path, server: LoopbackOpenAI) -> dict[str, str]:
@@ -63,12 +66,28 @@ def environment(folder: Path, server: LoopbackOpenAI) -> dict[str, str]:
     }
 
 
-def shell_lines(section: str) -> list[str]:
-    lines = []
-    for lang, body in blocks(section):
-        if lang in ("bash", "sh", "shell"):
-            lines += [strip_comment(line) for line in body.splitlines()]
+SHELL = ("bash", "sh", "shell")
+MAX_README_LINES = 250
+
+
+def shell_lines(block: Block) -> list[str]:
+    lines = [strip_comment(line) for line in block.body.splitlines()]
     return [line for line in lines if line and not line.startswith("pip ")]
+
+
+def file_name(block: Block) -> str | None:
+    """``name.py`` when a Python block is a file to write (its first line is ``# name.py``)."""
+    match = re.fullmatch(r"#\s*([\w/]+\.py)", block.body.splitlines()[0].strip())
+    return match.group(1) if match else None
+
+
+def runnable_blocks() -> list[Block]:
+    return [
+        block
+        for path in pages()
+        for block in page_blocks(path)
+        if block.not_run is None and (block.lang == "python" or (block.lang in SHELL and shell_lines(block)))
+    ]
 
 
 def runnable(line: str, server: LoopbackOpenAI) -> str:
@@ -80,7 +99,7 @@ def runnable(line: str, server: LoopbackOpenAI) -> str:
 
 
 def run_line(line: str, folder: Path, server: LoopbackOpenAI) -> str:
-    """Run one README command in its own process group (killed whole on a time-out); its stdout."""
+    """Run one docs command in its own process group (killed whole on a time-out); its stdout."""
     command = runnable(line, server)
     stdin = "Hello, can we talk about it?\n" if "human" in shlex.split(command) else ""
     process = subprocess.Popen(
@@ -92,8 +111,8 @@ def run_line(line: str, folder: Path, server: LoopbackOpenAI) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
-        raise AssertionError(f"README command timed out: {line}\n{out[-2000:]}\n{err[-2000:]}") from None
-    assert process.returncode == 0, f"README command failed: {line}\n{out[-3000:]}\n{err[-3000:]}"
+        raise AssertionError(f"docs command timed out: {line}\n{out[-2000:]}\n{err[-2000:]}") from None
+    assert process.returncode == 0, f"docs command failed: {line}\n{out[-3000:]}\n{err[-3000:]}"
     assert "Traceback" not in err, err
     return out
 
@@ -118,64 +137,86 @@ def serve_once(line: str, folder: Path, server: LoopbackOpenAI) -> str:
                     return page.read().decode()
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"README command did not serve: {line}\n{process.stdout.read()}") from None
+                    raise AssertionError(f"docs command did not serve: {line}\n{process.stdout.read()}") from None
                 time.sleep(0.2)
     finally:
         process.terminate()
         process.wait(timeout=20)
 
 
-def run_section(section: str, folder: Path, server: LoopbackOpenAI) -> list[str]:
-    outputs = []
-    for line in shell_lines(section):
-        if shlex.split(line)[:2] in (["sotopia-env", "view"], ["sotopia-env", "serve"]):
-            outputs.append(serve_once(line, folder, server))
-        else:
-            outputs.append(run_line(line, folder, server))
-    return outputs
-
-
-def write_python_files(section: str, folder: Path) -> list[str]:
-    """Blocks that start with ``# name.py`` are files to write; the others are scripts to run."""
-    scripts = []
-    for lang, body in blocks(section):
-        if lang != "python":
+def run_shell(block: Block, folder: Path, server: LoopbackOpenAI) -> None:
+    for line in shell_lines(block):
+        words = shlex.split(line)
+        if words[:2] in (["sotopia-env", "view"], ["sotopia-env", "serve"]):
+            assert serve_once(line, folder, server), f"{block.page}:{block.line}: {line} served an empty page"
             continue
-        first = body.splitlines()[0].strip()
-        if re.fullmatch(r"#\s*[\w/]+\.py", first):
-            (folder / first.lstrip("# ").strip()).write_text(body)
-        else:
-            scripts.append(body)
-    return scripts
+        calls = len(server.requests)
+        out = run_line(line, folder, server)
+        if words[:2] == ["sotopia-env", "run"]:
+            assert "stored episode" in out, f"{block.page}:{block.line}: {line} stored no episode\n{out[-2000:]}"
+        if EXAMPLE_SERVER in line or "gpt-4o-mini" in words:  # a hosted or --api-base model: the loopback answered
+            assert len(server.requests) > calls, f"{block.page}:{block.line}: {line} called no model server"
 
 
-def test_quickstart(folder: Path, server: LoopbackOpenAI) -> None:
-    outputs = run_section("Quickstart", folder, server)
-    assert outputs, "the Quickstart has no commands"
-    assert len(server.requests) > 0  # the hosted and --api-base models really talked to the loopback server
-    assert any("stored episode" in out for out in outputs)
+def run_python(block: Block, folder: Path, server: LoopbackOpenAI) -> None:
+    if name := file_name(block):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(block.body)
+        return
+    path = folder / "docs_block.py"
+    path.write_text(block.body)
+    result = subprocess.run(
+        [sys.executable, str(path)], cwd=folder, env=environment(folder, server), capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    where = f"{block.page}:{block.line}"
+    assert result.returncode == 0, f"{where} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
 
-def test_custom_agents(folder: Path, server: LoopbackOpenAI) -> None:
-    assert write_python_files("Custom agents", folder) == []
-    assert (folder / "my_agents.py").is_file(), "the Custom agents section writes no my_agents.py"
-    outputs = run_section("Custom agents", folder, server)
-    assert outputs and all("stored episode" in out for out in outputs)
+@pytest.mark.model
+@pytest.mark.parametrize("block", runnable_blocks(), ids=lambda block: f"{block.page}:{block.line}")
+def test_block_runs(block: Block, folder: Path, server: LoopbackOpenAI) -> None:
+    if block.lang == "python":
+        run_python(block, folder, server)
+    else:
+        run_shell(block, folder, server)
 
 
-def test_episodes_export_import_report(folder: Path, server: LoopbackOpenAI) -> None:
-    outputs = run_section("Episodes: export, import, report", folder, server)
-    assert outputs
+def test_every_block_parses() -> None:
+    """Not-run blocks too: Python compiles (top-level ``await`` allowed, as in a notebook), YAML loads."""
+    import ast
+
+    import yaml
+
+    for path in pages():
+        for block in page_blocks(path):
+            where = f"{block.page}:{block.line}"
+            if block.lang == "python":
+                compile(block.body, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            elif block.lang == "yaml":
+                assert yaml.safe_load(block.body) is not None, f"{where}: an empty YAML block"
 
 
-def test_python_api(folder: Path, server: LoopbackOpenAI) -> None:
-    scripts = write_python_files("Python API", folder)
-    assert scripts, "the Python API section has no script"
-    for script in scripts:
-        path = folder / "readme_api.py"
-        path.write_text(script)
-        result = subprocess.run(
-            [sys.executable, str(path)], cwd=folder, env=environment(folder, server), capture_output=True, text=True,
-            timeout=600,
-        )  # fmt: skip
-        assert result.returncode == 0, f"README Python API failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+def test_the_readme_is_a_front_page() -> None:
+    """At most 250 lines, its first block the two commands CI runs, and a link to every page of the site."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= MAX_README_LINES, f"README.md has {len(text.splitlines())} lines"
+    site = sorted(path.name for path in pages() if path.parent == DOCS)
+    unlinked = [name for name in site if f"](docs/{name}" not in text]
+    assert site and not unlinked, f"README.md links to no docs/{unlinked}"
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    """``mkdocs build --strict``: a broken link or anchor, a page left out of the nav, any warning fails it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO / "mkdocs.yml"),
+         "--site-dir", str(tmp_path / "site")],
+        capture_output=True, text=True, timeout=300, env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},  # material's banner
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and not re.search(r"^WARNING", output, re.M), output[-4000:]
+    built = {path.relative_to(tmp_path / "site").as_posix() for path in (tmp_path / "site").rglob("index.html")}
+    site = [path.stem for path in pages() if path.parent == DOCS]
+    expected = {"index.html"} | {f"{stem}/index.html" for stem in site if stem != "index"}
+    assert expected <= built, sorted(expected - built)
+    assert not any(name.startswith("_incoming") for name in built)
