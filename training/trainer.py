@@ -16,6 +16,11 @@
 
 The loss of every step is returned (``TrainResult.losses``) and kept in
 ``output_dir/train_result.json``.
+
+Memory: each layer's activations are recomputed in the backward (``gradient_checkpointing``, on by default),
+the LM head projects only the completion's positions (``training.lm_head``) and freed activations leave the RSS
+(``training.rss.keep_heap_small``); ``tests/test_training_memory.py`` checks that the loss and its gradients are
+still plain cross-entropy over the completion, and ``benchmarks/memory.py`` measures each stage's peak.
 """
 
 from __future__ import annotations
