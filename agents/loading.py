@@ -3,13 +3,12 @@
 ``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
 folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages. Only the
 spec's own top-level name is taken from the user's folder: ours all live under ``sotopia_env``, so a user's
-``agents/`` package works, and nothing of theirs can replace a module of ours. A spec written before the one
-namespace (``training.experts:ScriptedExpert``) still loads ``sotopia_env.training.experts``.
+``agents/`` package works, and nothing of theirs can replace a module of ours. Ours are named in full
+(``sotopia_env.training.experts:ScriptedExpert``); the names from before the one namespace are gone.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import re
@@ -22,6 +21,7 @@ from typing import Any
 
 from sotopia_env.agents.base import Agent
 from sotopia_env.backends.base import GenerationSettings
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.errors import UserError
 
 RULE_PARTNER = "rule-partner"
@@ -38,8 +38,6 @@ def is_custom_spec(spec: str) -> bool:
 
 
 _AGENT_FOLDERS: list[Path] = []  # --agents-path folders, searched after the current folder
-# Our folders were once top-level packages; specs stored or written before the one namespace keep loading.
-_OLD_TOP_LEVEL = {"agents": "agents", "episodes": "episodes", "training": "training", "sotopia_cli": "cli"}
 
 
 def add_agents_path(folders: Iterable[str | Path]) -> None:
@@ -52,28 +50,12 @@ def add_agents_path(folders: Iterable[str | Path]) -> None:
             _AGENT_FOLDERS.append(path)
 
 
-@functools.cache
-def _own_folders() -> frozenset[Path]:
-    """Where our own packages live: a spec that finds one of them in the current folder means ours, not the user's."""
-    folders = set()
-    for name in ("sotopia_env", *(f"sotopia_env.{sub}" for sub in _OLD_TOP_LEVEL.values())):
-        spec = importlib.util.find_spec(name)  # without importing the subpackage itself
-        folders.update(Path(p).resolve() for p in (spec.submodule_search_locations or []) if spec)
-    return frozenset(folders)
-
-
-def _is_ours(spec: ModuleSpec) -> bool:
-    where = spec.submodule_search_locations or [spec.origin or ""]
-    return any(Path(p).resolve() in _own_folders() for p in where)
-
-
 def _user_spec(top: str) -> tuple[Path, ModuleSpec] | None:
     """The user's own top-level module ``top``: in the current folder, else in an --agents-path folder."""
     for folder in (Path.cwd().resolve(), *_AGENT_FOLDERS):
         spec = PathFinder.find_spec(top, [str(folder)])
-        if spec is None:
-            continue
-        return None if _is_ours(spec) else (folder, spec)  # ours: a checkout's root, not a user's folder
+        if spec is not None:
+            return folder, spec
     return None
 
 
@@ -83,7 +65,7 @@ def _import_user_module(module_name: str) -> ModuleType:
     The folder is appended to ``sys.path`` (for the module's own later imports), never put first, so a user's
     ``training.py`` or ``episodes/`` cannot replace a module of ours or of any installed package.
     """
-    top, _, rest = module_name.partition(".")
+    top = module_name.partition(".")[0]
     found = _user_spec(top) if top != "sotopia_env" else None
     if found is not None:
         folder, spec = found
@@ -98,17 +80,6 @@ def _import_user_module(module_name: str) -> ModuleType:
                 raise
         if str(folder) not in sys.path:
             sys.path.append(str(folder))
-        return importlib.import_module(module_name)
-    if top in _OLD_TOP_LEVEL:
-        renamed = f"sotopia_env.{_OLD_TOP_LEVEL[top]}" + (f".{rest}" if rest else "")
-        try:
-            if importlib.util.find_spec(renamed) is not None:
-                return importlib.import_module(renamed)
-        except ModuleNotFoundError:
-            pass
-        on_path = PathFinder.find_spec(top)
-        if on_path is not None and _is_ours(on_path):  # never import our folder a second time, as ``top``
-            raise ModuleNotFoundError(f"No module named {module_name!r}", name=module_name)
     return importlib.import_module(module_name)
 
 
@@ -137,7 +108,7 @@ def load_custom_agent(spec: str, **kwargs: Any) -> Agent:
 def load_agent(
     spec: str,
     settings: GenerationSettings | None = None,
-    api_base: str | None = None,
+    api_base: ApiBase = None,
     api_key: str | None = None,
     constrained: bool = True,
     **backend_options: Any,

@@ -106,11 +106,11 @@ def train_bc(out: Path, args: argparse.Namespace) -> dict:
     """Expert demonstrations on the train instances, then a LoRA SFT on the won ones."""
     from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.episodes.runner import play as play_episode
+    from sotopia_env.evaluators import VerifiableJudge
     from sotopia_env.training.dataset import build_dataset, min_goal, played_by
     from sotopia_env.training.episode_grpo import make_rollout
     from sotopia_env.training.experts import VerifiableExpert
-    from sotopia_env.training.trainer import TrainConfig, train
-    from sotopia_env.verifiable import VerifiableJudge
+    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
     rollout = make_rollout(rollout_config(args, "verifiable:train"), EXPERT)
 
@@ -131,11 +131,11 @@ def train_bc(out: Path, args: argparse.Namespace) -> dict:
 
     logs = asyncio.run(demonstrations())
     dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)])
-    config = TrainConfig(
+    config = SFTTrainConfig(
         base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
         num_epochs=args.bc_epochs, batch_size=8, max_length=1024, save_steps=1000, seed=args.seed, progress=False,
     )  # fmt: skip
-    result = train(dataset, config)
+    result = train_sft(dataset, config)
     won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
     return {"note": f"{result.examples} turns of {won} won expert episodes (of {len(logs)}), {result.steps} steps"}
 
@@ -145,7 +145,7 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace) -> dict:
     stage filters (best per scenario and seat, goal at least 1), trained on from the BC adapter."""
     from sotopia_env.model_ref import read_model_ref
     from sotopia_env.training.dataset import build_dataset, min_goal, top1_per_scenario_role
-    from sotopia_env.training.trainer import TrainConfig, train
+    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
     seeds = [args.seed + 100 + i for i in range(args.sr_samples)]
     episodes = play(str(bc), args, "verifiable:train", seeds, args.temperature)
@@ -155,11 +155,11 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace) -> dict:
     if len(dataset) == 0:
         return {"note": "no self-play episode passed the filters: the SR policy is the BC policy", "same_as": "bc"}
     base, adapter = read_model_ref(str(bc))
-    config = TrainConfig(
+    config = SFTTrainConfig(
         base_model=base, init_adapter=adapter, output_dir=str(out), learning_rate=args.bc_lr / 2, num_epochs=2,
         batch_size=8, max_length=1024, save_steps=1000, seed=args.seed, progress=False,
     )  # fmt: skip
-    result = train(dataset, config)
+    result = train_sft(dataset, config)
     return {"note": f"{result.examples} turns of {len(logs)} self-play episodes, {result.steps} steps"}
 
 

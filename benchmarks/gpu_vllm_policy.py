@@ -25,9 +25,9 @@ def main() -> None:
     from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.episodes.runner import play
+    from sotopia_env.evaluators import VerifiableJudge
     from sotopia_env.training.episode_grpo import EpisodeGRPOConfig, make_rollout
     from sotopia_env.training.policy_server import SERVED_MODEL, PolicyServer, PolicyServerConfig
-    from sotopia_env.verifiable import VerifiableJudge
 
     if len(sys.argv) != 3:
         raise SystemExit("usage: gpu_vllm_policy.py POLICY_DIR LOG_FILE")

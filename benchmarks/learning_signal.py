@@ -11,7 +11,7 @@
 3. NLL before: the mean negative log-likelihood per completion token (the
    assistant's action JSON and its end-of-turn, exactly the tokens SFT trains on)
    of the embedded SmolLM2-135M-Instruct on the held-out examples.
-4. BC with ``training.trainer.train`` (LoRA), then the same NLL with the adapter.
+4. BC with ``training.sft.train_sft`` (LoRA), then the same NLL with the adapter.
 
 Also reported: the NLL on the held-out "goal statement" turns alone, whose text
 comes from each held-out scenario's goal, so a drop there is more than
@@ -40,7 +40,7 @@ def expert_episodes(selector: str, per_scenario: int, max_turns: int, seed: int)
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.jobs import self_play_jobs
     from sotopia_env.episodes.runner import play
-    from sotopia_env.evaluation import RuleBasedEvaluator
+    from sotopia_env.evaluators import RuleBasedEvaluator
     from sotopia_env.library import load_library
     from sotopia_env.training.experts import ScriptedExpert
 
@@ -112,7 +112,7 @@ def main() -> None:
     from sotopia_env.embedded_models import resolve_model_path
     from sotopia_env.model_ref import read_model_ref
     from sotopia_env.training.dataset import FilterConfig, build_dataset
-    from sotopia_env.training.trainer import TrainConfig, train
+    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -136,7 +136,7 @@ def main() -> None:
 
     # 4. BC, then NLL after
     with tempfile.TemporaryDirectory() as out:
-        config = TrainConfig(
+        config = SFTTrainConfig(
             base_model=args.base_model,
             output_dir=out,
             lora_r=args.lora_r,
@@ -148,7 +148,7 @@ def main() -> None:
             save_steps=10**6,
             seed=args.seed,
         )
-        result = train(bc_set, config)
+        result = train_sft(bc_set, config)
         print(f"BC: {result.steps} steps in {result.seconds}s, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}")
         _, adapter = read_model_ref(result.model_dir)
         tuned = PeftModel.from_pretrained(base, adapter)

@@ -42,8 +42,8 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episodes.runner import Job, play, run_batch
 from sotopia_env.episodes.sqlite_store import SQLiteStore
-from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, EpisodeContext
-from sotopia_env.llm_evaluator import LLMEvaluator, evaluation_prompt, parse_ratings, rating_schema
+from sotopia_env.evaluators import SOTOPIA_DIMENSIONS, EpisodeContext
+from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt, parse_ratings, rating_schema
 from sotopia_env.observation import Observation, background_for, build_observation, labels_for
 from sotopia_env.prompt import render_prompt
 

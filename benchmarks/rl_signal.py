@@ -10,7 +10,7 @@ Part 1, ``socialiqa``:
    held-out items.
 2. Before: the embedded SmolLM2-135M-Instruct answers the held-out items, unconstrained and greedy (the DeepEnlighten
    prompt of ``training.rewards.build_prompt``).
-3. BC warm-start: a LoRA SFT (``training.trainer.train``) on format demonstrations built from the *train* items'
+3. BC warm-start: a LoRA SFT (``training.sft.train_sft``) on format demonstrations built from the *train* items'
    gold answers, ``<think>QUESTION From what happened, "OPTION" fits best.</think><answer>(X) OPTION</answer>``.
    The base model never writes the tags, so every completion of a GRPO group would score the same and GRPO would
    get no signal; a warm-start like this is fair, and the table says it is there.
@@ -74,13 +74,13 @@ def bc_warm_start(items, out: Path, epochs: float, max_steps: int):
     from datasets import Dataset
 
     from sotopia_env.training.rewards import build_prompt
-    from sotopia_env.training.trainer import TrainConfig, train
+    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
     rows = [
         {"prompt": build_prompt(item), "completion": [{"role": "assistant", "content": demonstration(item)}]}
         for item in items
     ]
-    config = TrainConfig(
+    config = SFTTrainConfig(
         base_model="smollm2-135m",
         output_dir=str(out),
         lora_r=8,
@@ -92,7 +92,7 @@ def bc_warm_start(items, out: Path, epochs: float, max_steps: int):
         max_length=512,
         save_steps=1000,
     )
-    return train(Dataset.from_list(rows), config)
+    return train_sft(Dataset.from_list(rows), config)
 
 
 def grpo(model: str, data: Path, out: Path, steps: int, **overrides):

@@ -114,17 +114,18 @@ def run_cli(bodies: list[dict[str, Any]], store_path: str, concurrency: int, tag
     from sotopia_env.backends.resolve import release_backends
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
-    from sotopia_env.server.requests import SimulationRequest, plan
     from sotopia_env.episodes.sqlite_store import SQLiteStore
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
     from sotopia_env.library import load_library
+    from sotopia_env.server.allowed_servers import AllowedModelServers
+    from sotopia_env.server.requests import SimulationRequest, plan
 
     library = load_library()
-    jobs = []
-    for i, body in enumerate(bodies):
-        chosen = plan(SimulationRequest.model_validate(body), library)  # the setup the server would play
-        jobs.append(Job(chosen.setup, chosen.specs, repeat=i, seed=body["seed"]))
     api_base = bodies[0]["api_base"]
+    jobs = []
+    for i, body in enumerate(bodies):  # the setup the server would play
+        chosen = plan(SimulationRequest.model_validate(body), library, servers=AllowedModelServers.of(api_base))
+        jobs.append(Job(chosen.setup, chosen.specs, repeat=i, seed=body["seed"]))
     # as the server's agents, but one sampling seed for all (the factory does not see the job; loopback ignores it)
     settings = GenerationSettings(seed=0, **CHAT_SETTINGS)
     store = SQLiteStore(store_path)
@@ -268,12 +269,16 @@ async def drive_api(
     return ids, statuses, viewers, wall
 
 
-def serve(port: int, store_path: str, concurrency: int, max_per_client: int, log: Any) -> subprocess.Popen[bytes]:
-    """``sotopia-env serve`` as its own process (``tests/server_harness.serve_process``), answering /api/health."""
+def serve(
+    port: int, store_path: str, concurrency: int, max_per_client: int, api_base: str, log: Any
+) -> subprocess.Popen[bytes]:
+    """``sotopia-env serve`` as its own process (``tests/server_harness.serve_process``), answering /api/health:
+    on loopback without a token, calling the loopback model server the bodies name."""
     from server_harness import serve_process
 
     library = str(Path(store_path).parent / "library")  # not the user's posted scenarios
     options = ["--concurrency", str(concurrency), "--max-per-client", str(max_per_client), "--library-dir", library]
+    options += ["--no-token", "--api-base", api_base]
     return serve_process(port, store_path, *options, log=log)
 
 
@@ -287,7 +292,7 @@ def api_level(
     base = f"http://127.0.0.1:{port}"
     log_path = tmp / "serve.log"
     with open(log_path, "wb") as log:
-        process = serve(port, store_path, concurrency, max(64, len(bodies)), log)
+        process = serve(port, store_path, concurrency, max(64, len(bodies)), bodies[0]["api_base"], log)
         try:
             warm = [dict(b, tag="warmup", max_turns=2) for b in bodies[:2]]
             asyncio.run(drive_api(base, warm, 1, timeout_s))  # imports in the server, first connections

@@ -44,7 +44,7 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.runner import Job, run_batch
 from sotopia_env.episodes.sqlite_store import SQLiteStore
-from sotopia_env.llm_evaluator import LLMEvaluator
+from sotopia_env.evaluators import LLMEvaluator
 
 _ = _common
 

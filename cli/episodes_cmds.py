@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import typer
 
 from sotopia_env.cli.common import check_output_file, console, fail, user_errors
-from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, api_base_value
+from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, model_servers
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
@@ -179,29 +180,118 @@ def import_(
 
 @episodes_app.command("evaluate")
 def evaluate(
-    unrated: bool = typer.Option(True, "--unrated/--all", help="Only episodes without ratings (default)."),
+    unrated: bool = typer.Option(
+        True,
+        "--unrated/--all",
+        help="Only episodes without ratings (default). With --judge: rate only what each judge has not rated yet "
+        "(missing, unrated, or rated under another prompt); --all rates everything again.",
+    ),
     tag: str = typer.Option(None, help="Only this tag."),
-    evaluator: str = typer.Option("smollm2-135m", "--evaluator", help="Model spec of the judge."),
+    evaluator: str = typer.Option(None, "--evaluator", help="Model spec of the judge.", show_default="smollm2-135m"),
+    judge: list[str] = typer.Option(
+        None,
+        "--judge",
+        help="Compare judges (repeatable; a model spec, as --evaluator takes): each rates the --tag's episodes, "
+        "kept apart from their stored ratings, and their agreement per dimension is reported (Spearman rho, "
+        "Krippendorff alpha, mean difference, with bootstrap intervals).",
+    ),
+    swap_seats: bool = typer.Option(
+        False, "--swap-seats", help="With --judge: also rate with the seats in reverse order, to measure seat bias."
+    ),
+    resamples: int = typer.Option(1000, min=0, max=100_000, help="With --judge: bootstrap resamples."),
+    json_out: Path = typer.Option(None, "--json", help="With --judge: also write the agreement report here."),
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
     concurrency: int = typer.Option(8, min=1, max=100_000, help="Ratings in flight at once."),
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
 ) -> None:
-    """(Re)rate stored episodes; an episode whose rating fails again stays unrated with the new error."""
+    """(Re)rate stored episodes; an episode whose rating fails again stays unrated with the new error.
+
+    With --judge (and --tag): how far several judges agree, and (--swap-seats) whether each favours the seat it
+    reads first. The episodes' own ratings are left as they are; each judge's ratings are kept in the store, so a
+    rerun rates only what is not done. Each protocol card of that judge then shows its agreement figure."""
     from sotopia_env.episodes.rate import rate_stored
     from sotopia_env.episodes.store import StoreError
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
 
+    if judge:
+        if evaluator is not None:
+            raise fail("give either --evaluator (rate the episodes in place) or --judge (compare judges), not both")
+        base = model_servers(api_base)
+        compare_judges(tag, judge, swap_seats, dimensions, base, not unrated, concurrency, store, resamples, json_out)
+        return
+    if swap_seats or json_out is not None:
+        raise fail("--swap-seats and --json go with --judge")
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
-        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
-    if judge is None:
+        judge_ = make_evaluator(evaluator or "smollm2-135m", dimensions, model_servers(api_base))
+    if judge_ is None:
         raise fail("--evaluator none cannot rate episodes")
     tune_gc_for_batch()
     with user_errors(StoreError):
-        counts = asyncio.run(rate_stored(st, judge, tag, unrated, concurrency, store_retry_seconds))
+        counts = asyncio.run(rate_stored(st, judge_, tag, unrated, concurrency, store_retry_seconds))
     console.print(f"rated {counts['rated']}, still unrated {counts['unrated']}")
+
+
+def compare_judges(
+    tag: str | None,
+    specs: list[str],
+    swap_seats: bool,
+    dimensions: str,
+    api_base: str | None,
+    redo: bool,
+    concurrency: int,
+    store: str | None,
+    resamples: int,
+    json_out: Path | None,
+) -> None:
+    """``episodes evaluate --judge``: rate the tag's episodes with every judge, report and keep their agreement."""
+    from sotopia_env.episodes.judge_agreement import agreement_report, card_figures, print_agreement, save_figures
+    from sotopia_env.episodes.judge_ratings import judge_runs, rate_with_judges
+    from sotopia_env.episodes.protocol import judge_sha256
+    from sotopia_env.episodes.store import StoreError
+    from sotopia_env.evaluators import make_evaluator
+
+    if not tag:
+        raise fail("--judge needs --tag: the episodes the judges rate")
+    repeated = next((s for i, s in enumerate(specs) if s in specs[:i]), None)
+    if repeated is not None:
+        raise fail(f"--judge {repeated!r} is given twice")
+    if len(specs) < 2 and not swap_seats:
+        raise fail("one --judge has nothing to agree with: give a second --judge, or --swap-seats")
+    check_output_file(json_out, "--json")
+    st = open_store_or_fail(store, writable=True)
+    with user_errors(StoreError):
+        logs = [log for log in st.iter(tag) if log.status != "failed"]
+    if not logs:
+        raise fail(f"no episodes with tag {tag!r} to rate in {st.url} (failed ones have no transcript)")
+    judges = {}
+    for spec in specs:
+        with user_errors(ValueError, OSError):
+            made = make_evaluator(spec, dimensions, api_base)
+        if made is None:
+            raise fail(f"--judge {spec}: 'none' rates nothing")
+        judges[spec] = made
+    runs, no_order = judge_runs(judges, swap_seats)
+    tune_gc_for_batch()
+    with user_errors(StoreError):
+        outcome = asyncio.run(rate_with_judges(st, tag, logs, runs, redo, concurrency))
+    console.print(
+        f"rated {outcome.rated} now ({outcome.unrated} unrated), reused {outcome.reused} stored ratings, "
+        f"{outcome.seconds:.1f} s"
+    )
+    started = time.perf_counter()
+    report = agreement_report(tag, logs, outcome.ratings, specs, resamples, no_seat_order=no_order)
+    print_agreement(report, console)
+    console.print(f"figures computed in {time.perf_counter() - started:.1f} s")
+    figures = card_figures(report, {label: (ev.name, judge_sha256(ev)) for label, ev in judges.items()})
+    with user_errors(StoreError):
+        save_figures(st, figures)
+    if json_out:
+        payload = report.model_dump(mode="json") | {"figures": [f.model_dump(mode="json") for f in figures]}
+        json_out.write_text(json.dumps(payload, indent=2))
+        console.print(f"wrote {json_out}")
 
 
 def report(
@@ -216,6 +306,7 @@ def report(
     prompt hash, dimensions, seeds, turns, version) is printed first, and stored in --json as "cards"."""
     from sotopia_env.cli.render import show_cards
     from sotopia_env.episodes.game_report import print_role_table, role_win_rates, with_roles
+    from sotopia_env.episodes.judge_agreement import stored_figures
     from sotopia_env.episodes.report import build_report, plot_report, print_report
 
     check_output_file(json_out, "--json")
@@ -224,7 +315,7 @@ def report(
     rep = build_report(st.iter(tag), tag=tag, group_by_seat=by_seat)
     if not rep.rows:
         raise fail(f"no episodes with tag {tag!r} in {st.url}")
-    cards = show_cards(st.iter(tag), console, tag)
+    cards = show_cards(st.iter(tag), console, tag, stored_figures(st))
     print_report(rep, console)
     roles = role_win_rates(st.iter(tag))
     if roles:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from sotopia_env.cli.common import check_output_file, console, fail, user_errors
-from sotopia_env.cli.options import ApiBase, api_base_value
+from sotopia_env.cli.options import ApiBase, model_servers
 
 eval_app = typer.Typer(help="Evaluate models on social-reasoning tasks.", no_args_is_help=True)
 
@@ -39,7 +39,7 @@ def socialiqa(
         items = load_socialiqa(data)[:limit]
         if constrained and not is_local_spec(model):
             raise ValueError("--constrained needs a local model (regex-constrained decoding runs in-process)")
-        backend = resolve_backend(model, api_base=api_base_value(api_base))
+        backend = resolve_backend(model, api_base=model_servers(api_base))
     regex = THINK_ANSWER_REGEX if constrained else None
     completions = asyncio.run(
         answer_socialiqa(backend, items, regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 import typer
 
 from sotopia_env.cli.common import console, fail, user_errors
-from sotopia_env.cli.options import ApiBase, ScenariosDir, api_base_value
+from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
 
 if TYPE_CHECKING:
     from sotopia_env.backends.base import Backend
+    from sotopia_env.backends.endpoints import ModelServers
     from sotopia_env.generation.core import GenerationStats, OnOutcome, OnStart, Outcome, RunSettings
     from sotopia_env.library import Library
 
@@ -56,7 +57,7 @@ def _reference_library(out: Path, extra: list[Path] | None) -> Library:
         return load_library(list(paths.values()))
 
 
-def _backend(model: str, api_base: str | None) -> Backend:
+def _backend(model: str, api_base: ModelServers | None) -> Backend:
     from sotopia_env.backends.resolve import resolve_backend
     from sotopia_env.embedded_models import ModelUnavailable
 
@@ -145,7 +146,7 @@ def generate_scenarios_cmd(
     if not seeds:
         raise fail(f"--from {seeds_path}: no seed situations in the file")
     lib = _reference_library(out, scenarios_dir)
-    backend = _backend(model, api_base_value(api_base))
+    backend = _backend(model, model_servers(api_base))
     settings = _settings(seed, concurrency, attempts, max_new_tokens, temperature)
     with _progress("scenarios") as (on_start, on_outcome), user_errors(SeedFileError, OSError):
         stats = asyncio.run(
@@ -186,7 +187,7 @@ def generate_characters_cmd(
     from sotopia_env.generation.characters import generate_characters
 
     lib = _reference_library(out, scenarios_dir)
-    backend = _backend(model, api_base_value(api_base))
+    backend = _backend(model, model_servers(api_base))
     settings = _settings(seed, concurrency, attempts, max_new_tokens, temperature)
     with _progress("characters") as (on_start, on_outcome), user_errors(OSError):
         stats = asyncio.run(

@@ -12,6 +12,7 @@ from sotopia_env.cli.eval_cmds import eval_app
 from sotopia_env.cli.leaderboard_cmd import leaderboard
 from sotopia_env.cli.library_cmds import characters_app, scenarios_app
 from sotopia_env.cli.models_cmds import models_app
+from sotopia_env.cli.openenv_cmd import openenv
 from sotopia_env.cli.run_cmd import run
 from sotopia_env.cli.serve_cmd import serve
 from sotopia_env.cli.train_cmds import train_app
@@ -47,6 +48,7 @@ app.add_typer(episodes_app, name="episodes")
 app.add_typer(train_app, name="train")
 app.command("view")(view)
 app.command("serve")(serve)
+app.command("openenv")(openenv)
 app.add_typer(eval_app, name="eval")
 
 

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from sotopia_env.episodes.job_fields import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_MODEL,
+    MAX_CONCURRENCY,
+    MAX_TURNS_LIMIT,
+)
+
 if TYPE_CHECKING:
+    from sotopia_env.backends.endpoints import ModelServers
     from sotopia_env.episodes.ray_batch import RayConfig
 
 ScenariosDir = typer.Option(None, "--scenarios-dir", help="Extra scenario/character YAML files or directories.")
@@ -26,29 +35,60 @@ StoreRetry = typer.Option(
 )
 
 
-def _api_bases(values: list[str] | None) -> list[str]:
-    """The ``--api-base`` values (repeated and/or comma-separated), each URL checked: a bad one is a usage error."""
-    from sotopia_env.backends.endpoints import join_api_bases, split_api_bases
+def model_servers(values: list[str] | None, option: str = "--api-base") -> ModelServers | None:
+    """The servers a repeatable URL option names (repeated and/or comma-separated), parsed once, here; a URL that
+    is not http(s) is a usage error naming ``option``."""
+    from sotopia_env.backends.endpoints import ModelServers
 
     try:
-        join_api_bases(values)
+        return ModelServers.parse(values or None)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return split_api_bases(values)
-
-
-def api_base_value(values: list[str] | None) -> str | None:
-    """``--api-base``'s URLs as the one string backends take (joined by commas); None for none."""
-    return ",".join(values or []) or None
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 ApiBase = typer.Option(
     None,
     "--api-base",
-    callback=_api_bases,
     help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama). Several servers: repeat the flag "
     "or separate URLs by commas; each call goes to the one with the fewest calls outstanding.",
 )
+MaxTurns = typer.Option(
+    DEFAULT_MAX_TURNS, "--max-turns", min=1, max=MAX_TURNS_LIMIT, help="Truncate an episode after this many turns."
+)
+Concurrency = typer.Option(
+    DEFAULT_CONCURRENCY, "--concurrency", min=1, max=MAX_CONCURRENCY, help="Episodes in flight at once."
+)
+AllowedHost = typer.Option(
+    None,
+    "--allowed-host",
+    metavar="NAME",
+    help="A Host name to answer besides localhost, 127.0.0.1, [::1] and --host (repeatable; '*.example.com' "
+    "for subdomains). Any other Host is refused, against DNS rebinding.",
+)
+
+
+def served_hosts_or_fail(host: str, allowed: list[str] | None, token: str | None) -> list[str]:
+    """The Host names a server bound to ``host`` answers (``security.served_hosts``); a malformed name, or ``*``
+    without a token, is a usage error. Bound to a wildcard address, it says which names clients may use."""
+    from sotopia_env.cli.common import console, fail
+    from sotopia_env.server.security import WILDCARD_ADDRESSES, served_hosts
+
+    try:
+        hosts = served_hosts(host, allowed or [])
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if "*" in hosts and not token:
+        raise fail("--allowed-host '*' answers any Host, which DNS rebinding needs; only with a token")
+    if host in WILDCARD_ADDRESSES and not allowed:
+        console.print(
+            f"note: bound to {host}, this answers only Host {', '.join(hosts)}; "
+            "add --allowed-host NAME for each name clients use",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return hosts
+
+
 MaxCalls = typer.Option(
     None,
     "--max-calls",
@@ -57,7 +97,7 @@ MaxCalls = typer.Option(
     help="Cap the LLM calls in flight per model (for rate-limited APIs). Default: one per episode in flight.",
 )
 Evaluator = typer.Option(
-    "smollm2-135m",
+    DEFAULT_MODEL,
     "--evaluator",
     help="The judge: a model spec, 'rule-based' (offline), 'verifiable' (exact goal on verifiable scenarios), "
     "or 'none' to skip rating.",

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from sotopia_env.episodes.judge_agreement import AgreementFigure
     from sotopia_env.episodes.log import EpisodeLog
     from sotopia_env.episodes.protocol import ProtocolCard
 
@@ -34,12 +35,16 @@ def print_card(card: ProtocolCard, console: Console, title: str = "protocol card
         console.print(f"  {label:<10} {text}", highlight=False, markup=False)
 
 
-def show_cards(logs: Iterable[EpisodeLog], console: Console, tag: str | None) -> dict[str, Any]:
+def show_cards(
+    logs: Iterable[EpisodeLog], console: Console, tag: str | None, figures: Iterable[AgreementFigure] = ()
+) -> dict[str, Any]:
     """Print the protocol card(s) of ``logs`` (a tag's episodes), and return them for ``--json``: ``{"cards": [...]}``.
-    A tag whose episodes were played or judged in more than one way has several, and says so."""
+    A tag whose episodes were played or judged in more than one way has several, and says so. Each card carries
+    the ``figures`` measured for its judge (``episodes evaluate --judge``)."""
     from sotopia_env.episodes.protocol import cards_of
 
-    cards = cards_of(logs)
+    figures = list(figures)
+    cards = [card.with_agreement(figures) for card in cards_of(logs)]
     for card in cards:
         print_card(card, console)
     if len(cards) > 1:

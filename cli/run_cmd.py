@@ -19,14 +19,15 @@ from sotopia_env.cli.options import (
     ApiBase,
     Dimensions,
     Evaluator,
+    MaxTurns,
     ScenariosDir,
     Store,
     StoreRetry,
-    api_base_value,
     library,
+    model_servers,
 )
+from sotopia_env.episodes.job_fields import DEFAULT_MODEL
 
-DEFAULT_MODEL = "smollm2-135m"
 VERIFIABLE = "verifiable"
 SMALL_JUDGE_NOTE = (
     "[yellow]note:[/] the judge is the embedded {judge} model, too small to rate: its scores are not meaningful. "
@@ -50,7 +51,7 @@ def run(
         "'rule-player' plays a game by its rules). Default: --agent1 in seat 1, --agent2 in the others.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seeds scenario/character sampling, the env and generation."),
-    max_turns: int = typer.Option(20, "--max-turns", min=1, max=1000, help="Truncate after this many turns."),
+    max_turns: int = MaxTurns,
     evaluator: str = Evaluator,
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
@@ -65,17 +66,18 @@ def run(
     (and the judge) uses the embedded SmolLM2-135M: no API key, no server. A game is judged by its rules
     unless --evaluator names another judge."""
     from sotopia_env.agents.loading import AgentSpecError, load_agent
-    from sotopia_env.agents.rule_partners import check_rule_specs
+    from sotopia_env.agents.rule_specs import check_rule_specs
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import Job, run_episode
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.episodes.store_writer import StoreWriter
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
     from sotopia_env.sampler import NoEligibleCharacters, sample_setup
     from sotopia_env.transcript import render_action
 
+    servers = model_servers(api_base)
     writer = None if no_store else StoreWriter(open_store_or_fail(store, writable=True), tag, store_retry_seconds)
     lib = library(scenarios_dir)
     with user_errors(ValueError, NoEligibleCharacters):
@@ -86,8 +88,8 @@ def run(
         check_rule_specs([setup.scenario], specs, evaluator)
     settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
     with user_errors(AgentSpecError, ValueError, OSError):  # before any output: an error is one line
-        seated = [load_agent(spec, settings=settings, api_base=api_base_value(api_base)) for spec in specs]
-        judge = make_evaluator(evaluator, dimensions, api_base_value(api_base))
+        seated = [load_agent(spec, settings=settings, api_base=servers) for spec in specs]
+        judge = make_evaluator(evaluator, dimensions, servers)
     console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
     console.print(setup.scenario.scenario, highlight=False)
     for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):

@@ -1,4 +1,4 @@
-"""``sotopia-env train pipeline|bc|sr|grpo|eval|status|dataset``: the SOTOPIA-pi loop (and GRPO) from YAML configs."""
+"""``sotopia-env train pipeline|bc|sr|rl|run|grpo|eval|status|dataset``: the SOTOPIA-pi loop, RL, from YAML configs."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def _train_line(train: dict) -> str:
     values = [v for v in values or [] if v is not None]
     if not values:
         return ""
-    return f"\n  {key}: {values[0]:.3f} -> {values[-1]:.3f} over {train['steps']} steps"
+    steps = f" over {train['steps']} steps" if "steps" in train else ""
+    return f"\n  {key}: {values[0]:.3f} -> {values[-1]:.3f}{steps}"
 
 
 @train_app.command("pipeline")
@@ -106,34 +107,44 @@ def sr(
 
 @train_app.command("rl")
 def rl(config: Path = ConfigArg, force: bool = Force, quiet: bool = Quiet) -> None:
-    """The pipeline's RL stage only (its rl: section): GRPO from the last SR policy."""
+    """The pipeline's RL stage only (its rl: section, whose task chooses the trainer), from the last SR policy."""
     _run(config, ["rl"], force, quiet)
 
 
-@train_app.command("grpo")
-def grpo(
-    config: Path = typer.Argument(..., help="A GRPO YAML config (see examples/grpo-socialiqa-cpu.yaml)."),
-    quiet: bool = Quiet,
-) -> None:
-    """RL on social rewards alone: GRPO with a LoRA on a task's prompts (socialiqa, social_r1, item_selection,
-    social_turns) or on whole episodes (episodes: see examples/grpo-episodes-cpu.yaml).
+TrainerConfigArg = typer.Argument(
+    ..., help="A trainer's YAML config; its task chooses the trainer (see examples/grpo-socialiqa-cpu.yaml)."
+)
+
+
+@train_app.command("run")
+def run_trainer(config: Path = TrainerConfigArg, quiet: bool = Quiet) -> None:
+    """One trainer alone, on its own config: the config's task chooses it. GRPO with a LoRA on a task's prompts
+    (socialiqa, social_r1, item_selection, social_turns) or on whole episodes (task: episodes; see
+    examples/grpo-episodes-cpu.yaml), or any trainer registered in sotopia_env.training.trainers.
 
     Resumes from the last checkpoint in OUTPUT_DIR/checkpoints; OUTPUT_DIR becomes a model spec."""
     import dataclasses
 
     from sotopia_env.training.config import load_rl_config
-    from sotopia_env.training.rl_stage import train_rl
+    from sotopia_env.training.trainers import trainer_of
 
     with _errors():
         cfg = load_rl_config(config)
         if quiet:
             cfg = dataclasses.replace(cfg, progress=False)
-        result = train_rl(cfg)
-    line = f"[bold]grpo[/] ({result.dataset()}): {result.model_dir}"
+        trainer = trainer_of(cfg)
+        result = trainer.train(cfg)
+    line = f"[bold]{trainer.name}[/] ({result.dataset()}): {result.model_dir}"
     line += _train_line(dataclasses.asdict(result))
-    line += f"\n  {result.none_note()}"
+    line += f"\n  {result.note()}" if result.note() else ""
     console.print(line, highlight=False)
     console.print(f"model spec in {result.model_dir} (play it: sotopia-env run --agent1 {result.model_dir})")
+
+
+@train_app.command("grpo")
+def grpo(config: Path = TrainerConfigArg, quiet: bool = Quiet) -> None:
+    """The same as train run: GRPO on a task's prompts or on whole episodes (task: episodes)."""
+    run_trainer(config, quiet)
 
 
 @train_app.command("eval")

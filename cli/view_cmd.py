@@ -7,7 +7,7 @@ import socket
 import typer
 
 from sotopia_env.cli.common import console, fail
-from sotopia_env.cli.options import Store
+from sotopia_env.cli.options import AllowedHost, Store, served_hosts_or_fail
 
 
 def port_free(host: str, port: int) -> bool:
@@ -25,6 +25,7 @@ def view(
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind. The default serves this machine only; the viewer has no login."
     ),
+    allowed_host: list[str] = AllowedHost,
 ) -> None:
     """Browse episodes, transcripts, scores and reports in your browser (read-only; works offline)."""
     try:
@@ -37,8 +38,9 @@ def view(
         raise fail(f"the viewer needs the 'view' extra ({missing} is missing): {hint}") from None
     from sotopia_env.episodes.store import StoreError
 
+    hosts = served_hosts_or_fail(host, allowed_host, token=None)
     try:
-        app = create_app(store, warm=True)
+        app = create_app(store, warm=True, allowed_hosts=hosts)
     except StoreError as exc:
         raise fail(str(exc)) from None
     if not port_free(host, port):

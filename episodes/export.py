@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from sotopia_env.episodes.log import SCHEMA_VERSION, EpisodeLog
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.errors import UserError
-from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
+from sotopia_env.evaluators import SOTOPIA_DIMENSIONS
 from sotopia_env.jsonl import json_lines
 from sotopia_env.validation import field_problem
 

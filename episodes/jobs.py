@@ -46,7 +46,7 @@ def benchmark_jobs(
     """What ``benchmark`` plays (the CLI's and the server's ``POST /api/benchmarks``): the scenarios ``selector``
     picks, checked against the rule agents and judge (``check_rule_specs``), and their ``versus_jobs``. Raises
     ``ValueError`` (a ``LibraryError``, ``AgentSpecError``...) with one line when there is nothing to play."""
-    from sotopia_env.agents.rule_partners import check_rule_specs
+    from sotopia_env.agents.rule_specs import check_rule_specs
 
     chosen = library.select(selector)
     if not chosen:

@@ -21,9 +21,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from sotopia_env.episodes.judge_agreement import stored_figures
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.protocol import CardGroup, ProtocolCard, group_by_card
 from sotopia_env.episodes.report import Cell, SeatResult, aggregate, json_safe, seat_results
@@ -154,7 +155,9 @@ def boards(logs: Iterable[EpisodeLog]) -> list[Board]:
 
 
 def leaderboard(store: EpisodeStore, tags: Sequence[str] | None = None) -> list[Board]:
-    """The boards of ``store``'s episodes (of ``tags``, when given); ``Board.to_dict`` is their JSON."""
+    """The boards of ``store``'s episodes (of ``tags``, when given); ``Board.to_dict`` is their JSON. Each card
+    carries the agreement figures stored for its judge (``episodes.judge_agreement``)."""
     chosen = list(dict.fromkeys(tags or []))
     logs = itertools.chain.from_iterable(store.iter(t) for t in chosen) if chosen else store.iter()
-    return boards(logs)
+    figures = stored_figures(store)
+    return [replace(board, card=board.card.with_agreement(figures)) for board in boards(logs)]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, model_serializer
 
 from sotopia_env.backends.base import Usage
 from sotopia_env.episode_setup import EpisodeSetup
-from sotopia_env.evaluation import EpisodeRating
+from sotopia_env.evaluators import EpisodeRating
 from sotopia_env.transcript import Turn
 
 SCHEMA_VERSION = 1

@@ -9,7 +9,8 @@ A result (the episodes of one tag that were played and judged the same way) has 
 - ``judge`` and ``judge_sha256``: the evaluator's name (``llm:MODEL``, ``verifiable``, ``rule-based``) and a sha256
   of what decides its scores besides the model: for an LLM judge its prompt template (``judge_template``: the
   prompt of a placeholder episode, with the JSON schema it constrains replies to); for a rule judge the source
-  of the modules that hold its rules (``RULE_MODULES``; a custom judge: its class's module);
+  of the modules that hold its rules (its ``rule_modules``, e.g. every rule set the verifiable judge knows; else
+  its class's module);
 - ``dimensions``, the env ``seeds`` (each episode's reset seed), ``max_turns``, ``stale_turns``,
   ``max_agent_errors`` and ``action_order``;
 - ``version``: the sotopia-env that played the episodes.
@@ -32,29 +33,20 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar
 from weakref import WeakKeyDictionary
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.episodes.judge_agreement import AgreementFigure
 from sotopia_env.episodes.log import EpisodeLog, EpisodeProtocol
-from sotopia_env.evaluation import EpisodeContext, Evaluator
-from sotopia_env.llm_evaluator import LLMEvaluator, evaluation_prompt, rating_schema
+from sotopia_env.evaluators import EpisodeContext, Evaluator
+from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt, rating_schema
 from sotopia_env.profiles import BigFive, Character, Scenario
 from sotopia_env.transcript import Turn
 
 T = TypeVar("T")
 ID_CHARS = 12
-# The modules whose source is a rule judge's rules, by the judge's class (module.qualname).
-RULE_MODULES: dict[str, tuple[str, ...]] = {
-    "sotopia_env.verifiable.VerifiableJudge": (
-        "sotopia_env.verifiable",
-        "sotopia_env.games.judge",
-        "sotopia_env.games.master",
-        "sotopia_env.games.rules",
-    ),
-    "sotopia_env.evaluation.RuleBasedEvaluator": ("sotopia_env.evaluation",),
-}
 
 
 def sha256_json(data: Any) -> str:
@@ -81,12 +73,27 @@ class ProtocolCard(BaseModel):
     max_agent_errors: int | None
     action_order: str
     version: str | None
+    # What the judge's agreement with other judges, and its seat bias, measured (``episodes evaluate --judge``):
+    # a figure about the judge, not part of the protocol, so not in ``id``.
+    judge_agreement: list[AgreementFigure] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def id(self) -> str:
-        """A short hash of every other field."""
-        return sha256_json(self.model_dump(include=set(type(self).model_fields)))[:ID_CHARS]
+        """A short hash of every other field (the judge's agreement figures aside)."""
+        return sha256_json(self.model_dump(include=set(type(self).model_fields) - {"judge_agreement"}))[:ID_CHARS]
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a card without figures dumps as it did before they existed
+        if not data.get("judge_agreement"):
+            data.pop("judge_agreement", None)
+        return data
+
+    def with_agreement(self, figures: Iterable[AgreementFigure]) -> ProtocolCard:
+        """The card carrying the figures measured for the judge it pins (same name and prompt hash)."""
+        mine = [f for f in figures if f.judge == self.judge and f.judge_sha256 == self.judge_sha256]
+        return self.model_copy(update={"judge_agreement": mine}) if mine else self
 
     def summary(self) -> list[tuple[str, str]]:
         """The card as (label, text) lines: the block ``report``, ``benchmark``, ``leaderboard`` and the viewer show."""
@@ -104,6 +111,7 @@ class ProtocolCard(BaseModel):
             ("play", f"{limits} · agent errors {_known(self.max_agent_errors)} · {self.action_order}"),
             ("seeds", _first(list(map(str, self.seeds)), 8) or "?"),
             ("version", f"sotopia-env {_known(self.version)}"),
+            *(("agreement", figure.line()) for figure in self.judge_agreement),
         ]
 
 
@@ -165,7 +173,7 @@ def judge_sha256(evaluator: Evaluator) -> str:
         digest = sha256_json(judge_template(evaluator))
     else:
         cls = type(evaluator)
-        modules = RULE_MODULES.get(f"{cls.__module__}.{cls.__qualname__}", (cls.__module__,))
+        modules = getattr(evaluator, "rule_modules", None) or (cls.__module__,)
         digest = sha256_json([_source(m, cls) for m in modules])
     try:
         _judge_hashes[evaluator] = digest
@@ -186,7 +194,7 @@ def judge_template(evaluator: LLMEvaluator) -> dict[str, Any]:
     with the JSON schema it constrains replies to: its template, whatever episode it rates."""
     dims = evaluator.dimensions
     return {
-        "messages": evaluation_prompt(_placeholder_context(), dims),
+        "messages": evaluation_prompt(_placeholder_context(), dims, evaluator.seat_order(2)),
         "schema": rating_schema(2, dims, evaluator.max_reasoning) if evaluator.constrained else None,
     }
 

@@ -8,7 +8,7 @@ from sotopia_env.backends.remote import call_limit
 from sotopia_env.episodes.runner import run_episode
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
-from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluators import Evaluator
 
 
 async def rate_stored(

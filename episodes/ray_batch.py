@@ -39,7 +39,7 @@ from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, plan, r
 from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS
 from sotopia_env.errors import UserError, first_line
-from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluators import Evaluator
 
 WORKER_PREFIX = "sotopia-env-worker"
 MAX_SHARD_RESTARTS = 3  # new actors per shard after its actor is gone for good; Ray's own restarts come first
@@ -165,12 +165,15 @@ def _import_ray() -> Any:
 
 def import_path() -> str:
     """The driver's own import folders (the working tree, --agents-path folders, the current folder) as a
-    PYTHONPATH for the workers; installed packages come from the workers' own environment."""
+    PYTHONPATH for the workers; installed packages come from the workers' own environment (a site-packages folder
+    is never passed on, even one outside this environment's prefix: ahead of the workers' own, its editable
+    finders would import another checkout's code)."""
     skip = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     folders = []
     for entry in sys.path:
         path = os.path.realpath(entry or os.getcwd())
-        if os.path.isdir(path) and not any(path == s or path.startswith(s + os.sep) for s in skip):
+        installed = any(part in ("site-packages", "dist-packages") for part in path.split(os.sep))
+        if os.path.isdir(path) and not installed and not any(path == s or path.startswith(s + os.sep) for s in skip):
             folders.append(path)
     return os.pathsep.join(dict.fromkeys(folders))
 

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import redis
 
 from sotopia_env.episodes.log import STATUSES, EpisodeLog
-from sotopia_env.episodes.store import (
+from sotopia_env.episodes.store_base import (
     StoreError,
     StoreUnavailable,
     check_status,

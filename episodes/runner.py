@@ -7,7 +7,7 @@ evaluation; with ``--ray``, inside each Ray actor of ``episodes.ray_batch``), an
 
 1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
    or any other exception, makes a ``failed`` log instead (a batch never dies of one episode).
-2. rate: ``rate`` calls ``sotopia_env.evaluation.aevaluate_safely``, the same call the env's own
+2. rate: ``rate`` calls ``sotopia_env.evaluators.aevaluate_safely``, the same call the env's own
    terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error.
 3. store: ``StoreWriter.put`` (``episodes.store_writer``) retries a store fault, then spills the
    episode to a JSONL file that ``episodes import`` restores.
@@ -36,7 +36,7 @@ from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.episodes.protocol import judged_by, played_under
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
-from sotopia_env.evaluation import EpisodeContext, Evaluator, aevaluate_safely
+from sotopia_env.evaluators import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
 from sotopia_env.transcript import Turn
 
@@ -83,7 +83,7 @@ async def _act(agent: Agent, observation: Observation) -> AgentAction:
 async def run_episode(
     episode: Job | EpisodeLog,
     evaluator: Evaluator | None,
-    writer: StoreWriter | None,
+    writer: StoreWriter | EpisodeStore | None,
     *,
     agents: Sequence[Agent] | AgentFactory | None = None,
     tag: str = "",
@@ -99,6 +99,10 @@ async def run_episode(
     limit) is held while playing and rating, not while storing: a write being retried never holds
     up the rest of the batch. Returns the log, whether it was stored or spilled.
 
+    ``writer`` is a batch's ``StoreWriter`` (retries, then spills; the batch reports what it spilled), or a store
+    (``open_store``): then the episode is written through a ``StoreWriter`` of its own, and an episode it had to
+    spill raises ``EpisodesSpilled`` (naming the file) after it is saved there.
+
     ``claim`` (``run_batch`` passes one): the combination is claimed in the store once the slot is held,
     and released after the store step. When another driver holds it, or has stored it, nothing is played and
     the return is None (``claim.outcome`` says which).
@@ -113,9 +117,14 @@ async def run_episode(
             if claim is not None:
                 await claim.release()
             raise
+    own_writer = writer is not None and not isinstance(writer, StoreWriter)
+    if own_writer:
+        writer = StoreWriter(writer, tag)
     try:
         if writer is not None:
             await writer.put(log)
+            if own_writer:
+                writer.finish()
     finally:
         if claim is not None:
             await claim.release()

@@ -44,7 +44,7 @@ from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.errors import UserError
-from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, DimensionScore, EpisodeRating
+from sotopia_env.evaluators import SOTOPIA_DIMENSIONS, AgentRating, DimensionScore, EpisodeRating
 from sotopia_env.jsonl import json_lines
 from sotopia_env.observation import background_for
 from sotopia_env.profiles import AgentConstraint, BigFive, Character, RelationshipProfile, Scenario

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sotopia_env.episodes.log import STATUSES, EpisodeLog
-from sotopia_env.episodes.store import (
+from sotopia_env.episodes.store_base import (
     StoreError,
     StoreUnavailable,
     check_status,

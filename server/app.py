@@ -3,29 +3,32 @@
 It holds the viewer's pages and JSON (``/``, ``/episodes/{id}``, ``/report``, ``/api/episodes``, ``/api/report``),
 the library (``/api/scenarios``, ``/api/characters``, ``/api/models``), benchmarks (``/api/benchmarks``),
 simulations (``/api/simulations``, a WebSocket stream each, human seats), the live and play pages, and
-``/api/health``. Every route and the WebSocket pass ``security.Gate`` (token, body size, CSP). At start it
-resumes the simulations and benchmarks the store still has queued.
+``/api/health``. Every route and the WebSocket pass ``security.Gate`` (Host and Origin, token, body size, CSP).
+A request may name only the model servers the operator listed (``allowed_servers``). At start it resumes the
+simulations and benchmarks the store still has queued.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 
-from sotopia_env.server import benchmarks, library_routes, pages, simulation_routes
-from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT
-from sotopia_env.server.security import DEFAULT_MAX_BODY, Gate
-from sotopia_env.server.simulations import Simulations
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.episodes.store import EpisodeStore, open_store
+from sotopia_env.library import load_library
+from sotopia_env.server import benchmarks, library_routes, pages, simulation_routes
+from sotopia_env.server.allowed_servers import AllowedModelServers
+from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT
+from sotopia_env.server.security import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, Gate
+from sotopia_env.server.simulations import Simulations
 from sotopia_env.server.viewer.app import add_error_pages
 from sotopia_env.server.viewer.context import Viewer
 from sotopia_env.server.viewer.routes import router as viewer_router
-from sotopia_env.library import load_library
 
 
 def default_library_dir() -> Path:
@@ -40,7 +43,9 @@ def create_server(
     *,
     token: str | None = None,
     concurrency: int = 8,
-    api_base: str | None = None,
+    api_base: ApiBase = None,
+    allowed_api_bases: ApiBase | Sequence[str] = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     allow_code_agents: bool = False,
     library_dir: Path | None = None,
     scenarios_dir: list[Path] | None = None,
@@ -48,7 +53,10 @@ def create_server(
     max_per_client: int = 64,
     max_body_bytes: int = DEFAULT_MAX_BODY,
 ) -> Any:
-    """The server's ASGI app (FastAPI behind the gate); ``.app`` is the FastAPI app itself."""
+    """The server's ASGI app (FastAPI behind the gate); ``.app`` is the FastAPI app itself.
+
+    ``api_base``: the default model servers; a request may name those and any under ``allowed_api_bases``
+    (URL prefixes), nothing else. ``allowed_hosts``: the ``Host`` names answered (``security.served_hosts``)."""
     st = store if store is not None and not isinstance(store, str) else open_store(store)
     folder = library_dir or default_library_dir()
     extra = [*(scenarios_dir or []), *([folder] if folder.exists() else [])]
@@ -56,7 +64,7 @@ def create_server(
         st,
         load_library(extra),
         concurrency=concurrency,
-        api_base=api_base,
+        servers=AllowedModelServers.of(api_base, allowed_api_bases),
         allow_code_agents=allow_code_agents,
         turn_timeout_s=turn_timeout_s,
         max_per_client=max_per_client,
@@ -100,5 +108,4 @@ def create_server(
             counts[sim.status] = counts.get(sim.status, 0) + 1
         return {"status": "ok", "version": __version__, "store": st.url, "simulations": counts}
 
-    gated = Gate(app, token=token, max_body_bytes=max_body_bytes)
-    return gated
+    return Gate(app, token=token, max_body_bytes=max_body_bytes, hosts=allowed_hosts)

@@ -1,9 +1,11 @@
 """``/api/benchmarks``: what the CLI's ``benchmark`` runs, started over HTTP, with progress.
 
-A benchmark is ``run_batch`` over ``versus_jobs`` under its tag, as in the CLI, so it is resumable by nature:
-an accepted one is recorded in the store's ``benchmarks`` queue and, after a restart, run again, which plays
-only the combinations not stored yet. ``GET /api/benchmarks/{id}`` gives the episodes done out of the total and,
-at the end, the report (with each game role's win rate where there are games).
+The body is the CLI's own ``episodes.benchmark.BenchmarkSpec``, and a benchmark runs through the same
+``run_benchmark``, so it is resumable by nature: an accepted one is recorded in the store's ``benchmarks`` queue
+and, after a restart, run again, which plays only the combinations not stored yet. What the server adds is its
+policy: specs that load code only with ``--allow-code-agents``, and model servers only from the operator's list
+(``allowed_servers``). ``GET /api/benchmarks/{id}`` gives the episodes done out of the total and, at the end, the
+report (with each game role's win rate where there are games).
 """
 
 from __future__ import annotations
@@ -16,49 +18,20 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from sotopia_env.agents.loading import is_custom_spec
-from sotopia_env.backends.base import GenerationSettings
-from sotopia_env.env import EnvConfig
-from sotopia_env.episodes.game_report import role_win_rates, with_roles
-from sotopia_env.episodes.jobs import benchmark_jobs
-from sotopia_env.episodes.report import build_report
-from sotopia_env.episodes.runner import Job, default_agent_factory, run_batch
-from sotopia_env.evaluator_spec import make_evaluator
-from sotopia_env.library import Library
+from sotopia_env.episodes.benchmark import BenchmarkPlan, BenchmarkSpec, plan_benchmark, run_benchmark
+from sotopia_env.server.simulations import Simulations
 
 QUEUE = "benchmarks"
 router = APIRouter(prefix="/api", tags=["benchmarks"])
 
 
-class BenchmarkRequest(BaseModel):
-    """The CLI's ``benchmark`` options that make sense over HTTP."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = "smollm2-135m"
-    partner: str = "smollm2-135m"
-    evaluator: str = "smollm2-135m"
-    scenarios: str = Field("test", max_length=2000)
-    episodes_per_scenario: int = Field(1, ge=1, le=100)
-    concurrency: int = Field(8, ge=1, le=1024)
-    max_turns: int = Field(20, ge=1, le=200)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    dimensions: str = "sotopia"
-    tag: str | None = Field(None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")
-    api_base: str | None = Field(None, max_length=2000, pattern=r"^https?://\S+$")
-
-    @property
-    def chosen_tag(self) -> str:
-        return self.tag or f"benchmark-{self.model}-vs-{self.partner}"
-
-
 @dataclass
 class Benchmark:
     id: str
-    request: BenchmarkRequest
-    jobs: list[Job]
+    request: BenchmarkSpec  # as posted (and queued)
+    plan: BenchmarkPlan  # its jobs, with the model servers the server resolved for it
     status: str = "running"
     done: int = 0
     report: dict[str, Any] | None = None
@@ -70,52 +43,33 @@ class Benchmark:
             "id": self.id,
             "status": self.status,
             "tag": self.request.chosen_tag,
-            "episodes": len(self.jobs),
+            "episodes": len(self.plan.jobs),
             "finished": self.done,
             "report": self.report,
             "error": self.error,
         }
 
 
-def jobs_of(request: BenchmarkRequest, library: Library, allow_code_agents: bool) -> list[Job]:
-    """The jobs the CLI's ``benchmark`` would run; ``ValueError`` with one line naming the field otherwise."""
+def planned(spec: BenchmarkSpec, sims: Simulations, allow_code_agents: bool) -> BenchmarkPlan:
+    """The plan ``run_benchmark`` plays for a posted spec, its ``api_base`` resolved against the operator's list;
+    ``ValueError`` with one line naming the field otherwise."""
     for name in ("model", "partner"):
-        if is_custom_spec(getattr(request, name)) and not allow_code_agents:
-            raise ValueError(f"{name}: {getattr(request, name)!r} would load code; the server refuses it")
-    from sotopia_env.llm_evaluator import dimensions_from_config
-
-    try:
-        dimensions_from_config(request.dimensions)
-    except ValueError as exc:
-        raise ValueError(f"dimensions: {exc}") from None
-    r = request
-    try:
-        _, jobs = benchmark_jobs(library, r.scenarios, r.model, r.partner, r.evaluator, r.episodes_per_scenario, r.seed)
-        return jobs
-    except ValueError as exc:  # LibraryError, NoEligibleCharacters, AgentSpecError are ValueErrors
-        raise ValueError(f"scenarios: {exc}") from None
+        if is_custom_spec(getattr(spec, name)) and not allow_code_agents:
+            raise ValueError(f"{name}: {getattr(spec, name)!r} would load code; the server refuses it")
+    resolved = spec.model_copy(update={"api_base": sims.servers.for_request(spec.api_base)})
+    return plan_benchmark(resolved, sims.library, sims.store)
 
 
 async def _run(bench: Benchmark, app: FastAPI) -> None:
-    store, sims = app.state.store, app.state.simulations
-    spec = bench.request
-    api_base = spec.api_base or sims.api_base
-    tag = spec.chosen_tag
+    store = app.state.store
 
     def finished(_: Any) -> None:
         bench.done += 1
 
     try:
-        judge = make_evaluator(spec.evaluator, spec.dimensions, api_base)
-        agents = default_agent_factory(settings=GenerationSettings(seed=spec.seed), api_base=api_base)
-        config = EnvConfig(max_turns=spec.max_turns)
-        summary = await run_batch(
-            bench.jobs, store, tag, judge, agents, spec.concurrency, config, progress=False, on_episode=finished
-        )
-        bench.done = summary.total
-        logs = await asyncio.to_thread(lambda: list(store.iter(tag)))
-        rows = role_win_rates(logs) if any(j.setup.scenario.game is not None for j in bench.jobs) else []
-        bench.report, bench.status = with_roles(build_report(logs, tag=tag).to_dict(), rows), "done"
+        result = await run_benchmark(bench.plan.spec, store, finished, plan=bench.plan)
+        bench.done = result.summary.total
+        bench.report, bench.status = result.to_dict(), "done"
         await asyncio.to_thread(store.queue_drop, QUEUE, bench.id)
     except asyncio.CancelledError:
         raise
@@ -129,13 +83,13 @@ def _start(app: FastAPI, bench: Benchmark) -> None:
 
 
 @router.post("/benchmarks", status_code=202, summary="Run what `sotopia-env benchmark` runs; 202 with its id")
-async def start(request: Request, body: BenchmarkRequest) -> JSONResponse:
+async def start(request: Request, body: BenchmarkSpec) -> JSONResponse:
     sims = request.app.state.simulations
     try:
-        jobs = jobs_of(body, sims.library, sims.allow_code_agents)
+        plan = await asyncio.to_thread(planned, body, sims, sims.allow_code_agents)  # a protocol reads the store
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    bench = Benchmark(uuid.uuid4().hex[:16], body, jobs)
+    bench = Benchmark(uuid.uuid4().hex[:16], body, plan)
     record = json.dumps({"request": body.model_dump(mode="json")})
     await asyncio.to_thread(request.app.state.store.queue_put, QUEUE, bench.id, record)
     _start(request.app, bench)
@@ -154,13 +108,13 @@ async def resume_benchmarks(app: FastAPI) -> list[str]:
     """Start again what the store's ``benchmarks`` queue still holds (``run_batch`` skips what is stored)."""
     started = []
     for bench_id, body in (await asyncio.to_thread(app.state.store.queue_items, QUEUE)).items():
-        spec = BenchmarkRequest.model_validate(json.loads(body)["request"])
-        try:
-            jobs = jobs_of(spec, app.state.simulations.library, allow_code_agents=True)
-        except ValueError:
+        try:  # accepted once; its model server is checked again (the operator's list may have changed)
+            spec = BenchmarkSpec.model_validate(json.loads(body)["request"])
+            plan = await asyncio.to_thread(planned, spec, app.state.simulations, True)
+        except ValueError:  # a ValidationError too: a record this version cannot read
             await asyncio.to_thread(app.state.store.queue_drop, QUEUE, bench_id)
             continue
-        _start(app, Benchmark(bench_id, spec, jobs))
+        _start(app, Benchmark(bench_id, spec, plan))
         started.append(bench_id)
     return started
 

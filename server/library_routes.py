@@ -36,7 +36,7 @@ def models(request: Request) -> dict[str, Any]:
         "embedded": embedded,
         "rule_agents": ["rule-partner", "rule-player"],
         "human": "human",
-        "api_base": request.app.state.simulations.api_base,
+        "api_base": request.app.state.simulations.servers.default,
         "hint": "any litellm model spec (e.g. gpt-4o-mini) works where the server has the key in its environment",
     }
 

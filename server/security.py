@@ -1,5 +1,12 @@
 """The server's gate, as one ASGI middleware in front of every route and WebSocket.
 
+- **Host.** Only the names the server is reached by (``served_hosts``: localhost, 127.0.0.1, [::1], the bound
+  host, and ``serve --allowed-host``) are answered; any other ``Host`` is a ``400``, WebSockets included
+  (Starlette's ``TrustedHostMiddleware``). A page on another domain that re-points its name at 127.0.0.1 (DNS
+  rebinding) is refused this way.
+- **Origin.** A WebSocket, or a POST/PUT/PATCH/DELETE, whose ``Origin`` is present and is not one of those hosts
+  is a ``403`` (browsers send ``Origin`` on both; WebSockets are outside the same-origin policy).
+  ``HostCheck`` is these two rules; the viewer (``sotopia-env view``) uses it alone.
 - **Token.** With a token set, every request needs it: ``Authorization: Bearer <token>``, or the cookie the
   server sets when a browser first opens a page with ``?token=<token>`` (a browser cannot send a header when
   it follows a link or opens a WebSocket). Anything else is a ``401``; a WebSocket is refused with a 401
@@ -9,7 +16,7 @@
   pages load their script from this origin and talk back to it (``script-src 'self'; connect-src 'self'``).
   No CORS headers: other origins' pages cannot read the API.
 
-``bind_allowed`` is the start-up rule: a host other than loopback needs a token.
+``bind_allowed`` is the start-up rule: serving without a token (``serve --no-token``) is for loopback only.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,6 +44,9 @@ CSP = (
     "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self'; "
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -57,15 +69,82 @@ def bind_allowed(host: str, token: str | None) -> str | None:
         return None
     return (
         f"refusing to listen on {host} without a token: anyone who can reach it could run models on your keys; "
-        f"pass --token or set {TOKEN_ENV} (or bind 127.0.0.1)"
+        f"drop --no-token (a token is made at start), pass --token or set {TOKEN_ENV} (or bind 127.0.0.1)"
     )
 
 
-class Gate:
-    def __init__(self, app: ASGIApp, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY) -> None:
-        self.app, self.token, self.max_body_bytes = app, token or None, max_body_bytes
+def served_hosts(bound: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """The ``Host`` names answered: loopback's, the bound host's (unless a wildcard address), and ``extra``
+    (``serve --allowed-host``: a name, an address, ``*.example.com``, or ``*`` for any). ``ValueError`` names a
+    malformed one."""
+    names = list(LOOPBACK_HOSTS)
+    if bound is not None and bound not in WILDCARD_ADDRESSES:
+        names.append(f"[{bound.strip('[]')}]" if ":" in bound else bound)
+    for name in extra:
+        name = name.strip()
+        if not name or "*" in name[1:] or (name.startswith("*") and name != "*" and not name.startswith("*.")):
+            raise ValueError(f"--allowed-host {name!r}: give a host name, an address, '*.example.com' or '*'")
+        if any(c in name for c in "/@ ") or (":" in name and not name.startswith("[")):
+            raise ValueError(f"--allowed-host {name!r}: a host name without scheme, port or path ([::1] for IPv6)")
+        names.append(name)
+    return list(dict.fromkeys(n.lower() for n in names))
+
+
+def host_matches(host: str, patterns: Sequence[str]) -> bool:
+    """Whether ``host`` (lower case, IPv6 in brackets) is one of ``patterns``, as ``TrustedHostMiddleware``
+    matches them (``*`` any, ``*.example.com`` any subdomain)."""
+    return any(p == "*" or host == p or (p.startswith("*.") and host.endswith(p[1:])) for p in patterns)
+
+
+def origin_allowed(origin: str, hosts: Sequence[str]) -> bool:
+    """Whether a request's ``Origin`` header names one of ``hosts`` (``null`` and non-http(s) origins never do)."""
+    try:
+        parts = urlsplit(origin)
+        hostname = parts.hostname
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or not hostname:
+        return False
+    return host_matches(f"[{hostname}]" if ":" in hostname else hostname, hosts)
+
+
+class HostCheck:
+    """A foreign ``Host`` is a 400 (``TrustedHostMiddleware``, HTTP and WebSocket); a WebSocket or an unsafe
+    method whose ``Origin`` is present and foreign is a 403. ``hosts``: as ``served_hosts`` gives them."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str] = LOOPBACK_HOSTS) -> None:
+        self.app, self.hosts = app, list(hosts)
+        self._trusted = TrustedHostMiddleware(self._check_origin, allowed_hosts=self.hosts, www_redirect=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._trusted(scope, receive, send)
+
+    async def _check_origin(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" or (scope["type"] == "http" and scope["method"] in UNSAFE_METHODS):
+            origin = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"origin"), None)
+            if origin is not None and not origin_allowed(origin, self.hosts):
+                hint = "start the server with --allowed-host NAME to serve pages from another name"
+                return await _refuse(scope, receive, send, 403, f"Origin {origin[:100]!r} is not this server's; {hint}")
+        await self.app(scope, receive, send)
+
+
+class Gate:
+    """Host and Origin (``HostCheck``), then the token, the body's size and the headers; ``.app`` is the app."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY,
+        hosts: Sequence[str] = LOOPBACK_HOSTS,
+    ) -> None:
+        self.app, self.token, self.max_body_bytes = app, token or None, max_body_bytes
+        self._checked = HostCheck(self._gate, hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._checked(scope, receive, send)
+
+    async def _gate(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}

@@ -32,12 +32,13 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.claims import Claims, supports_claims
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.runner import Job, run_episode
-from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
-from sotopia_env.server.requests import HUMAN, Plan, SimulationRequest, plan
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import StoreWriter
-from sotopia_env.evaluator_spec import make_evaluator
+from sotopia_env.evaluators import make_evaluator
 from sotopia_env.library import Library
+from sotopia_env.server.allowed_servers import AllowedModelServers
+from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
+from sotopia_env.server.requests import HUMAN, Plan, SimulationRequest, plan
 from sotopia_env.transcript import Turn
 
 QUEUE = "simulations"
@@ -123,13 +124,13 @@ class Simulations:
         library: Library,
         *,
         concurrency: int = 8,
-        api_base: str | None = None,
+        servers: AllowedModelServers = AllowedModelServers(),
         allow_code_agents: bool = False,
         turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
         max_per_client: int = 64,
     ) -> None:
         self.store, self.library = store, library
-        self.api_base, self.allow_code_agents = api_base, allow_code_agents
+        self.servers, self.allow_code_agents = servers, allow_code_agents
         self.turn_timeout_s, self.max_per_client = turn_timeout_s, max_per_client
         self.slot = asyncio.Semaphore(max(1, concurrency))
         self.live: dict[str, Simulation] = {}
@@ -144,7 +145,7 @@ class Simulations:
 
     async def submit(self, request: SimulationRequest, client: str = "") -> Simulation:
         """Check, record durably, then start; ``RequestRefused`` (one line) for a request it will not run."""
-        chosen = plan(request, self.library, self.allow_code_agents)
+        chosen = plan(request, self.library, self.allow_code_agents, self.servers)
         sim = Simulation(uuid.uuid4().hex[:16], request, chosen, client)
         body = json.dumps({"request": request.model_dump(mode="json"), "client": client, "created": sim.created})
         await asyncio.to_thread(self.store.queue_put, QUEUE, sim.id, body)
@@ -164,7 +165,8 @@ class Simulations:
             data = json.loads(body)
             request = SimulationRequest.model_validate(data["request"])
             try:
-                chosen = plan(request, self.library, allow_code_agents=True)  # it was accepted once
+                # it was accepted once; its model server is checked again (the operator's list may have changed)
+                chosen = plan(request, self.library, allow_code_agents=True, servers=self.servers)
             except ValueError as exc:  # its scenario left the library meanwhile, say
                 await asyncio.to_thread(self.store.queue_drop, QUEUE, sim_id)
                 self.dropped[sim_id] = f"cannot run after a restart: {exc}"
@@ -190,9 +192,8 @@ class Simulations:
 
     def _agents(self, sim: Simulation) -> list[Agent]:
         settings = GenerationSettings(seed=sim.request.seed, **CHAT_SETTINGS)
-        api_base = sim.request.api_base or self.api_base
         return [
-            sim.seats[name] if spec == HUMAN else load_agent(spec, settings=settings, api_base=api_base)
+            sim.seats[name] if spec == HUMAN else load_agent(spec, settings=settings, api_base=sim.plan.api_base)
             for name, spec in zip(sim.plan.setup.agent_names, sim.plan.specs, strict=True)
         ]
 
@@ -233,11 +234,10 @@ class Simulations:
 
     async def _play(self, sim: Simulation) -> EpisodeLog:
         request = sim.request
-        api_base = request.api_base or self.api_base
         job = Job(sim.plan.setup, sim.plan.specs, seed=request.seed, episode_id=sim.episode_id)
         writer = StoreWriter(self.store, request.tag)
         try:
-            judge = make_evaluator(sim.plan.evaluator, request.dimensions, api_base)
+            judge = make_evaluator(sim.plan.evaluator, request.dimensions, sim.plan.api_base)
             agents: Any = self._agents(sim)
         except Exception as exc:  # a spec that cannot be built: the episode fails with the reason, as in a batch
             judge, agents = None, _raising(exc)

@@ -50,11 +50,13 @@ from pettingzoo import ParallelEnv
 
 from sotopia_env.actions import ACTION_TYPES, ActionType, AgentAction, InvalidAction, coerce_action
 from sotopia_env.episode_setup import EpisodeSetup
-from sotopia_env.evaluation import EpisodeContext, EpisodeRating, Evaluator, evaluate_safely
+from sotopia_env.evaluators.base import EpisodeContext, EpisodeRating, Evaluator, evaluate_safely
 from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
 from sotopia_env.library import Library, load_library
+from sotopia_env.limits import DEFAULT_MAX_TURNS
 from sotopia_env.observation import SeatView, background_for, labels_for
+from sotopia_env.rewards import rating_reward
 from sotopia_env.sampler import sample_setup
 from sotopia_env.spaces import action_space, observation_space
 from sotopia_env.transcript import MODERATOR, Turn
@@ -66,7 +68,7 @@ _NONE_ONLY = [ActionType.none.value]
 
 @dataclass
 class EnvConfig:
-    max_turns: int = 20
+    max_turns: int = DEFAULT_MAX_TURNS
     action_order: ActionOrder = "round-robin"
     stale_turns: int = 4
     max_agent_errors: int = 1
@@ -291,7 +293,8 @@ class SocialEnv(ParallelEnv):
             self.termination_reason = reason
             self.rating = self._evaluate(reason)
             for a in agents:
-                rewards[a] = self.rating.reward(a, self.config.reward_dimension) if self.rating else float("nan")
+                reward = rating_reward(self.rating, a, self.config.reward_dimension)
+                rewards[a] = float("nan") if reward is None else reward  # a float, as PettingZoo's rewards are
                 infos[a]["termination_reason"] = reason
                 infos[a]["evaluation"] = self._agent_evaluation(a)
         truncated = reason == "max_turns"

@@ -141,9 +141,11 @@ def role_lines(setup: EpisodeSetup, seat: int) -> list[str]:
     return lines
 
 
-def omniscient_background(setup: EpisodeSetup) -> str:
-    """Everything: every profile with its secret, the relationships, every goal and role (for the evaluator)."""
+def omniscient_background(setup: EpisodeSetup, order: Sequence[int] | None = None) -> str:
+    """Everything: every profile with its secret, the relationships, every goal and role (for the evaluator).
+    ``order``: the seats in the order they are presented (default: as seated)."""
     n = len(setup.characters)
+    seats = list(range(n)) if order is None else list(order)
     lines = [f"Scenario: {setup.scenario.scenario}"]
     if n == 2:
         lines.append(f"Relationship: {relationship_of(setup).name}")
@@ -153,12 +155,13 @@ def omniscient_background(setup: EpisodeSetup) -> str:
         names = setup.agent_names
         pairs = [
             f"{names[a]} and {names[b]}: {setup.relationship_between(a, b).name}"
-            for a in range(n)
-            for b in range(a + 1, n)
+            for i, a in enumerate(seats)
+            for b in seats[i + 1 :]
         ]
         lines.append(f"Relationships: {'; '.join(pairs)}")
-    for seat, c in enumerate(setup.characters):
-        lines.append(f"Participant {seat + 1}: {describe(c, None)}")
+    for position, seat in enumerate(seats):
+        c = setup.characters[seat]
+        lines.append(f"Participant {position + 1}: {describe(c, None)}")
         if setup.scenario.game is not None:
             lines.append(f"{c.name}'s role: " + " ".join(role_lines(setup, seat)))
         lines.append(f"{c.name}'s goal: {setup.scenario.goals[seat]}")

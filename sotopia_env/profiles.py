@@ -7,13 +7,14 @@ built-in library (``sotopia_env/data``) is YAML that loads into these models.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from enum import IntEnum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_serializer, model_validator
 
 from sotopia_env.games.spec import GameSpec
+from sotopia_env.kinds.base import VerifiableFacts
+from sotopia_env.kinds.registry import validate_facts
 
 
 class Relationship(IntEnum):
@@ -108,116 +109,6 @@ MULTI_PARTY_TAG = "multi-party"  # every scenario with three seats or more carri
 GAME_TAG = "game"  # every scenario with a game section carries it (checked on load)
 
 
-class BargainingFacts(_Strict):
-    """A sale: the learner (seat 1) buys ``item`` from the rule partner (seat 2), who hides ``reservation``.
-
-    The learner's goal states its ``budget``; the scenario text may state the ``asking_price``. The partner
-    accepts the first offer of at least ``reservation`` and leaves after ``max_rounds`` offers without a deal.
-    """
-
-    kind: Literal["bargaining"] = "bargaining"
-    item: str = Field(min_length=1)  # as the partner says it: "the bike"
-    asking_price: int = Field(gt=0)
-    budget: int = Field(gt=0)
-    reservation: int = Field(gt=0)  # hidden: the lowest price the partner accepts
-    max_rounds: int = Field(default=4, ge=1)
-    currency: str = "$"
-
-    @model_validator(mode="after")
-    def _prices(self) -> BargainingFacts:
-        if not self.reservation < self.budget:
-            raise ValueError(f"reservation {self.reservation} must be below budget {self.budget}")
-        if not self.reservation < self.asking_price:
-            raise ValueError(f"reservation {self.reservation} must be below asking_price {self.asking_price}")
-        return self
-
-
-class SchedulingFacts(_Strict):
-    """A meeting time: ``slots`` are the times the talk may name (the scenario text lists them).
-
-    The learner's goal states its own ``agent_slots``; the partner hides ``partner_slots`` (in the order it
-    offers them) and agrees to a proposed slot it can do. At least one slot must suit both.
-    """
-
-    kind: Literal["scheduling"] = "scheduling"
-    event: str = Field(min_length=1)  # "the team lunch"
-    slots: list[str] = Field(min_length=2)
-    agent_slots: list[str] = Field(min_length=1)
-    partner_slots: list[str] = Field(min_length=1)  # hidden
-    max_rounds: int = Field(default=5, ge=1)
-
-    @model_validator(mode="after")
-    def _slots(self) -> SchedulingFacts:
-        known = {s.lower() for s in self.slots}
-        if len(known) != len(self.slots):
-            raise ValueError("slots must be distinct")
-        for a in known:
-            if any(a != b and re.search(rf"\b{re.escape(a)}\b", b) for b in known):
-                raise ValueError(f"slot {a!r} is part of another slot's name; slots must not contain each other")
-        for name in ("agent_slots", "partner_slots"):
-            unknown = [s for s in getattr(self, name) if s.lower() not in known]
-            if unknown:
-                raise ValueError(f"{name}: {unknown[0]!r} is not one of slots")
-        if not {s.lower() for s in self.agent_slots} & {s.lower() for s in self.partner_slots}:
-            raise ValueError("agent_slots and partner_slots share no slot")
-        return self
-
-
-def concern_hits(text: str, words: Sequence[str]) -> list[str]:
-    """The ``words`` that occur in ``text`` at the start of a word (case-insensitive, spaces normalised):
-    ``insur`` occurs in "insurance", ``pay you back`` in "I'll pay you back", ``list`` not in "a playlist"."""
-    flat = flat_text(text)
-    return [w for w in words if re.search(rf"\b{re.escape(flat_text(w))}", flat)]
-
-
-def flat_text(text: str) -> str:
-    """Lower case, curly apostrophes straightened, runs of white space as one space."""
-    return " ".join(text.lower().replace("\u2019", "'").split())
-
-
-class PersuasionFacts(_Strict):
-    """A request: the partner agrees to ``request`` only once the learner's speech has addressed its hidden
-    ``concern`` (any of these words, matched at the start of a word) and the learner then asks.
-
-    ``doubts`` are what the partner says while the concern is open, in turn: at least two, each a cue to the
-    concern as a real objection is ("I really need to be able to see outside" for a window seat), never naming
-    it (no concern word in a doubt: a learner must infer the concern, not echo it). The rules that stop a
-    learner from naming every concern at once are in ``sotopia_env.verifiable``.
-    """
-
-    kind: Literal["persuasion"] = "persuasion"
-    request: str = Field(min_length=1)  # as the partner says it: "lend you my car"
-    concern: list[str] = Field(min_length=1)  # hidden
-    doubts: list[str] = Field(min_length=2)  # cues to the concern, said in turn while it is open
-    max_rounds: int = Field(default=5, ge=1)
-
-    @field_validator("concern")
-    @classmethod
-    def _concern(cls, words: list[str]) -> list[str]:
-        flat = [flat_text(w) for w in words]
-        if any(not w or not re.match(r"\w", w) for w in flat):
-            raise ValueError("concern words must be non-empty and start with a letter or digit")
-        if len(set(flat)) != len(flat):
-            raise ValueError("concern words must be distinct")
-        return words
-
-    @field_validator("doubts")
-    @classmethod
-    def _doubts(cls, doubts: list[str], info: ValidationInfo) -> list[str]:
-        concern = info.data.get("concern") or []
-        for i, doubt in enumerate(doubts):
-            if not doubt.strip():
-                raise ValueError(f"doubt {i} is empty")
-            named = concern_hits(doubt, concern)
-            if named:
-                raise ValueError(
-                    f"doubt {i} names the concern ({named[0]!r}); a doubt hints at the concern, never names it"
-                )
-        return doubts
-
-
-VerifiableFacts = Annotated[BargainingFacts | SchedulingFacts | PersuasionFacts, Field(discriminator="kind")]
-
 _HINT_TAGS = ("extra_info", "strategy_hint")
 
 
@@ -237,7 +128,7 @@ class Scenario(_Strict):
     source: str = "sotopia-env"
     tags: list[str] = Field(default_factory=list)
     split: Split = "train"
-    verifiable: VerifiableFacts | None = None  # hidden facts of a verifiable scenario (seat 1 learns, seat 2 rules)
+    verifiable: SerializeAsAny[VerifiableFacts] | None = None  # hidden facts: seat 1 learns, seat 2 follows rules
     relationships: list[list[Relationship]] | None = None  # seat x seat, where pairs differ (``relationship_at``)
     game: GameSpec | None = None  # roles, phases and rules of a game (``sotopia_env.games``)
 
@@ -245,6 +136,11 @@ class Scenario(_Strict):
     @classmethod
     def _relationship(cls, value: object) -> Relationship:
         return Relationship.parse(value)  # type: ignore[arg-type]
+
+    @field_validator("verifiable", mode="before")
+    @classmethod
+    def _facts(cls, value: object) -> object:
+        return validate_facts(value)  # the model of its kind, from the registry (``sotopia_env.kinds``)
 
     @field_validator("relationships", mode="before")
     @classmethod

@@ -8,8 +8,7 @@ The Gymnasium env (``sotopia_env.single_agent``) observes through it too, and
 
 from __future__ import annotations
 
-from typing import Any
-
+from sotopia_env.backends.base import prompt_text as prompt_text  # the messages as one string (a backend's)
 from sotopia_env.observation import Observation
 
 SYSTEM_TEMPLATE = """You are playing {name} in a social simulation. Stay in character and pursue your goal, \
@@ -65,11 +64,3 @@ def render_prompt(observation: Observation) -> list[dict[str, str]]:
         user += f" The argument must be one of: {'; '.join(shown)}{more}."
 
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-
-def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:
-    """The messages as the one string a model continues: ``tokenizer``'s chat template with the generation
-    prompt when it has one, else a plain ``role: content`` line per message, then ``assistant: ``."""
-    if getattr(tokenizer, "chat_template", None):
-        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

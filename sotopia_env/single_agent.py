@@ -57,7 +57,7 @@ import gymnasium as gym
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup, reset_for_episode
-from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluators.base import Evaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import prompt_text, render_prompt
 from sotopia_env.spaces import ActionText, FreeText

@@ -18,7 +18,7 @@ from pathlib import Path
 import sotopia_env.episodes.runner as runner
 import sotopia_env.training.context as context
 import sotopia_env.training.grpo as grpo
-import sotopia_env.training.trainer as trainer_module
+import sotopia_env.training.sft as sft_module
 from sotopia_env.training.config import load_config
 from sotopia_env.training.distributed import process_index
 from sotopia_env.training.pipeline import run_stages
@@ -36,7 +36,7 @@ def weights_hash(model) -> str:
 def main() -> None:
     config_path, report = sys.argv[1], Path(sys.argv[2])
     rank = process_index()
-    save = trainer_module.save_adapter_spec
+    save = sft_module.save_adapter_spec
 
     def hashing_save(trainer, out: Path, base_model: str) -> None:
         (report / f"weights-{out.name}-rank{rank}.txt").write_text(weights_hash(trainer.model))
@@ -47,7 +47,7 @@ def main() -> None:
             f.write(f"{tag} {len(jobs)}\n")
         return await runner.run_batch(jobs, store, tag, *args, **kwargs)
 
-    trainer_module.save_adapter_spec = grpo.save_adapter_spec = hashing_save
+    sft_module.save_adapter_spec = grpo.save_adapter_spec = hashing_save
     context.run_batch = recording_batch
     run_stages(load_config(config_path), progress=False)
 

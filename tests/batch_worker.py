@@ -15,7 +15,7 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.episodes.redis_store import RedisStore
 from sotopia_env.episodes.runner import Job, run_batch
 from sotopia_env.episodes.store import open_store
-from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.evaluators import RuleBasedEvaluator
 from sotopia_env.library import load_library
 from sotopia_env.sampler import sample_setups
 

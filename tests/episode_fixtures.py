@@ -14,7 +14,7 @@ from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.backends.base import Usage
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
-from sotopia_env.evaluation import SOTOPIA_DIMENSIONS, AgentRating, Dimension, DimensionScore, EpisodeRating
+from sotopia_env.evaluators import SOTOPIA_DIMENSIONS, AgentRating, Dimension, DimensionScore, EpisodeRating
 from sotopia_env.library import load_library
 from sotopia_env.sampler import eligible_setups
 from sotopia_env.transcript import Turn

@@ -3,12 +3,14 @@ process), a scripted model server for its agents, and waiting for a simulation t
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -46,8 +48,9 @@ def server_thread(app: Any) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-def serve_process(port: int, store: str, *extra: str, log: Any = None) -> subprocess.Popen:
-    """``sotopia-env serve`` as its own process, answering /api/health on return."""
+def serve_process(port: int, store: str, *extra: str, log: Any = None, token: str | None = None) -> subprocess.Popen:
+    """``sotopia-env serve`` as its own process (``--token token`` when given; else as started by default, with a
+    token it makes and prints: ``printed_url``), answering /api/health (200, or 401 without the token) on return."""
     cmd = [
         sys.executable,
         "-c",
@@ -57,6 +60,7 @@ def serve_process(port: int, store: str, *extra: str, log: Any = None) -> subpro
         str(port),
         "--store",
         store,
+        *(["--token", token] if token else []),
         *extra,
     ]
     process = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -65,12 +69,35 @@ def serve_process(port: int, store: str, *extra: str, log: Any = None) -> subpro
         if process.poll() is not None:
             raise RuntimeError(f"sotopia-env serve exited with {process.returncode}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            answer = httpx.get(f"http://127.0.0.1:{port}/api/health", headers=headers, timeout=1)
+            if answer.status_code in ((200,) if token or "--no-token" in extra else (200, 401)):
                 return process
         except httpx.HTTPError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     process.kill()
     raise RuntimeError("sotopia-env serve did not answer within 60 s")
+
+
+@contextmanager
+def serving(port: int, store: str, *extra: str, log_path: Path, token: str | None = None) -> Iterator[str]:
+    """``serve_process`` for the length of a with-block, its output kept in ``log_path``; yields what it printed
+    at start (``printed_url`` finds the URL in it)."""
+    with log_path.open("w") as log:
+        process = serve_process(port, store, *extra, log=log, token=token)
+        try:
+            yield log_path.read_text()
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def printed_url(output: str) -> str:
+    """The URL with its token that ``serve`` printed at start (what a user opens)."""
+    found = re.search(r"http://\S+/\?token=\S+", output)
+    assert found, f"serve printed no URL with a token: {output!r}"
+    return found.group(0)
 
 
 def wait_until_ended(client: httpx.Client, sim_id: str, timeout_s: float = 60.0) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import SocialEnv
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.evaluators import RuleBasedEvaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import render_prompt
 

@@ -306,8 +306,8 @@ def test_import_is_lazy_and_calls_only_loopback(fresh_interpreter_probe: subproc
 
 def test_hosted_providers_get_a_schema_without_length_and_range_keywords():
     from sotopia_env.backends.remote import without_keywords
-    from sotopia_env.evaluation import GOAL_ONLY
-    from sotopia_env.llm_evaluator import rating_schema
+    from sotopia_env.evaluators import GOAL_ONLY
+    from sotopia_env.evaluators.llm import rating_schema
 
     schema = rating_schema(2, GOAL_ONLY)
     schema["properties"]["agent_1"]["properties"]["maxLength"] = {"type": "string"}  # a property so named stays

@@ -119,6 +119,8 @@ def cases(place: Place) -> list[tuple[list[str], str, str]]:
         (["episodes", "evaluate", "--tag", "nothing-here", "--evaluator", "rule-based"],
          {"--evaluator": "evaluator", "--dimensions": "choice", "--concurrency": "int", "--store": "store",
           "--store-retry-seconds": "float", "--api-base": "api_base"}),
+        (["episodes", "evaluate", "--tag", "seed", "--judge", "rule-based", "--swap-seats", "--resamples", "10"],
+         {"--judge": "evaluator", "--resamples": "int", "--json": "out", "--tag": "text"}),
         *[(["train", c, place.path("bad.yaml")], {"@2": "config"})
           for c in ("pipeline", "bc", "sr", "rl", "grpo", "eval", "status")],
         (dataset, {"--out": "out", "--store": "store", "--min-goal": "float", "--seed": "int", "--model": "text"}),

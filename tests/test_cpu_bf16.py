@@ -10,18 +10,18 @@ from episode_fixtures import make_episode
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 
 from sotopia_env.training.dataset import build_dataset
-from sotopia_env.training.trainer import TrainConfig, train
+from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
 TOLERANCE = 0.02  # relative, per step
 
 
 def sft_losses(tmp_path_factory, out, bf16: bool) -> list[float]:
     data, _ = build_dataset([make_episode(i, setup_index=i % 2) for i in range(2)])
-    config = TrainConfig(
+    config = SFTTrainConfig(
         base_model=tiny_model_spec(tmp_path_factory), output_dir=str(out), bf16=bf16, learning_rate=5e-3,
         batch_size=2, max_steps=3, save_steps=3, max_length=1024, seed=0, progress=False,
     )  # fmt: skip
-    result = train(data, config)
+    result = train_sft(data, config)
     assert result.bf16 is bf16 and result.steps == 3
     return result.losses
 

@@ -13,8 +13,7 @@ from sotopia_env.cli.main import app
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.runner import play
 from sotopia_env.episodes.store import open_store
-from sotopia_env.evaluation import GOAL_ONLY
-from sotopia_env.llm_evaluator import LLMEvaluator
+from sotopia_env.evaluators import GOAL_ONLY, LLMEvaluator
 
 pytestmark = pytest.mark.model
 GREEDY = GenerationSettings(temperature=0.0, max_new_tokens=80)

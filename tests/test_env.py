@@ -9,7 +9,7 @@ from sotopia_env.actions import ACTION_TYPES, AgentAction
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import EpisodeRating, RuleBasedEvaluator
+from sotopia_env.evaluators import EpisodeRating, RuleBasedEvaluator
 from sotopia_env.observation import Observation, background_for, build_observation, labels_for
 
 NONE = {"action_type": "none", "argument": ""}

@@ -15,8 +15,9 @@ from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 from sotopia_env.backends.base import Completion, GenerationSettings
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
-from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.evaluators import RuleBasedEvaluator
 from sotopia_env.prompt import prompt_text
+from sotopia_env.rewards import Reward
 from sotopia_env.training.episode_grpo import (
     EpisodeGRPOConfig,
     group_advantages,
@@ -26,7 +27,7 @@ from sotopia_env.training.episode_grpo import (
     token_logprobs,
     train_episode_grpo,
 )
-from sotopia_env.training.episode_rollouts import Reward, Rollout, Sample, StartPicker, interleaved, play_one
+from sotopia_env.training.episode_rollouts import Rollout, Sample, StartPicker, interleaved, play_one
 
 POLICY_LINES = ["I would love some help with the garden.", "Thanks, that settles it."]
 
@@ -75,7 +76,7 @@ def _verifiable_setup(kind: str):
 
 
 def _rollout(setup, **kw) -> Rollout:
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
 
     settings = dict(
         setups=[setup], seat=0, partner="rule-partner", evaluator=make_evaluator("verifiable", "goal"),

@@ -6,9 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sotopia_env.cli.main import app
-from sotopia_env.evaluation import RuleBasedEvaluator
-from sotopia_env.evaluator_spec import make_evaluator
-from sotopia_env.llm_evaluator import LLMEvaluator
+from sotopia_env.evaluators import LLMEvaluator, RuleBasedEvaluator, make_evaluator
 
 
 def test_none_rule_based_and_model_specs() -> None:

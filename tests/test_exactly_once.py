@@ -27,7 +27,7 @@ from sotopia_env.episodes.redis_store import RedisStore
 from sotopia_env.episodes.runner import run_batch
 from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.episodes.store import EpisodeStore
-from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.evaluators import RuleBasedEvaluator
 
 TESTS = Path(__file__).parent
 N_SCENARIOS = 6  # one setup each: 6 combinations

@@ -42,7 +42,7 @@ from sotopia_env.episodes.sotopia_format import (
     write_jsonl,
 )
 from sotopia_env.episodes.sqlite_store import SQLiteStore
-from sotopia_env.evaluation import GOAL_ONLY
+from sotopia_env.evaluators import GOAL_ONLY
 from sotopia_env.library import load_library
 
 

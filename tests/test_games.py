@@ -15,10 +15,10 @@ from sotopia_env.agents.game_players import RulePlayer
 from sotopia_env.cli.main import app
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episodes.runner import play
+from sotopia_env.evaluators import VerifiableJudge
 from sotopia_env.sampler import sample_setups
 from sotopia_env.training.dataset import replay
 from sotopia_env.transcript import MODERATOR
-from sotopia_env.verifiable import VerifiableJudge
 
 NONE = {"action_type": "none"}
 

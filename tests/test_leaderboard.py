@@ -101,7 +101,7 @@ def test_leaderboard_command(two_cards: str, tmp_path: Path) -> None:
 
 
 def test_viewer_leaderboard_page_and_json(two_cards: str) -> None:
-    with TestClient(create_app(two_cards)) as client:
+    with TestClient(create_app(two_cards), base_url="http://127.0.0.1") as client:
         page = client.get("/leaderboard")
         assert page.status_code == 200 and "<script" not in page.text
         assert "default-src 'none'" in page.headers["content-security-policy"]

@@ -6,8 +6,8 @@ import pytest
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import GOAL_ONLY, SOTOPIA_DIMENSIONS, Dimension, EpisodeContext
-from sotopia_env.llm_evaluator import LLMEvaluator, dimensions_from_config, evaluation_prompt, rating_schema
+from sotopia_env.evaluators import GOAL_ONLY, SOTOPIA_DIMENSIONS, Dimension, EpisodeContext, dimensions_from_config
+from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt, rating_schema
 
 
 def reply(dims=SOTOPIA_DIMENSIONS, scores=None, agents=2):

@@ -12,7 +12,7 @@ from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episodes.export import export_jsonl, from_hf_dataset, import_jsonl, to_hf_dataset
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.evaluators import RuleBasedEvaluator
 from sotopia_env.observation import Observation, background_for
 from sotopia_env.profiles import Relationship
 from sotopia_env.prompt import render_prompt
@@ -141,8 +141,8 @@ def test_the_llm_judge_rates_every_seat_and_leaves_an_unreadable_one_unrated(thr
     import math
 
     from sotopia_env.backends.scripted import ScriptedBackend
-    from sotopia_env.evaluation import GOAL_ONLY, EpisodeContext
-    from sotopia_env.llm_evaluator import LLMEvaluator, evaluation_prompt
+    from sotopia_env.evaluators import GOAL_ONLY, EpisodeContext
+    from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt
 
     a, b, c = three.agent_names
     log = asyncio.run(

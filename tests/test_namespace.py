@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from sotopia_env.agents.loading import AgentSpecError, load_custom_agent
+from sotopia_env.agents.loading import load_custom_agent
 
 FOLDER_OF = {"sotopia_env": "sotopia_env", "agents": "sotopia_env/agents", "episodes": "sotopia_env/episodes"}
 FOLDER_OF |= {"training": "sotopia_env/training", "cli": "sotopia_env/cli"}
@@ -100,6 +100,15 @@ def clean_env(folder: Path) -> dict[str, str]:
     return env | {"SOTOPIA_ENV_STORE": str(folder / "e.db"), "COLUMNS": "100"}
 
 
+def python_in(folder: Path, code: str) -> str:
+    """What ``python -c code`` prints, run in ``folder`` (first on its ``sys.path``); it must succeed."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, env=clean_env(folder), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_a_user_agents_package_works_and_their_modules_shadow_nothing(tmp_path: Path) -> None:
     folder = user_folder(tmp_path)
     run = [str(BIN / "sotopia-env"), "run", "--agent1", "agents.mine:Stubborn", "--agent2", "agents.mine:Stubborn"]
@@ -120,11 +129,7 @@ def test_the_python_api_ignores_a_users_training_py(tmp_path: Path) -> None:
         "from sotopia_env.episodes.store import open_store\n"
         "print(open_store().url)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=folder, env=clean_env(folder), capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert "e.db" in result.stdout
+    assert "e.db" in python_in(folder, code)
 
 
 def test_loading_a_custom_agent_does_not_put_the_folder_first(tmp_path: Path, monkeypatch) -> None:
@@ -143,22 +148,22 @@ def test_loading_a_custom_agent_does_not_put_the_folder_first(tmp_path: Path, mo
     assert experts.__name__ == "sotopia_env.training.experts"
 
 
-def test_specs_written_before_the_namespace_still_load(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    from sotopia_env.agents.scripted import ScriptedAgent
-    from sotopia_env.training.experts import ScriptedExpert
-
-    assert type(load_custom_agent("training.experts:ScriptedExpert")) is ScriptedExpert
-    assert type(load_custom_agent("agents.scripted:ScriptedAgent", actions=[])) is ScriptedAgent
-    assert "training" not in sys.modules  # resolved to sotopia_env.training, not a second copy
-    with pytest.raises(AgentSpecError, match="agent spec 'training.nothing:X': module .* not found"):
-        load_custom_agent("training.nothing:X")
-
-
-def test_the_checkout_root_is_not_a_user_folder(monkeypatch) -> None:
-    """From the repository's root, ``training.experts`` still means ours (not the folder imported twice)."""
-    monkeypatch.chdir(REPO)
-    from sotopia_env.training.experts import ScriptedExpert
-
-    assert type(load_custom_agent("training.experts:ScriptedExpert")) is ScriptedExpert
-    assert "training" not in sys.modules
+def test_names_from_before_the_namespace_are_gone(tmp_path: Path) -> None:
+    """``training.experts`` was our module before the one namespace; now it is only ever a user's (a fresh process:
+    pytest itself puts the checkout's root, with its ``training/`` folder, on ``sys.path``)."""
+    code = (
+        "import sys\n"
+        "from sotopia_env.agents.loading import AgentSpecError, load_custom_agent\n"
+        "from sotopia_env.training.experts import ScriptedExpert\n"
+        "assert type(load_custom_agent('sotopia_env.training.experts:ScriptedExpert')) is ScriptedExpert\n"
+        "for old in ('training.experts:ScriptedExpert', 'agents.scripted:ScriptedAgent'):\n"
+        "    try:\n"
+        "        load_custom_agent(old)\n"
+        "    except AgentSpecError as exc:\n"
+        "        print(exc)\n"
+        "assert 'training' not in sys.modules and 'agents' not in sys.modules\n"
+    )
+    assert python_in(tmp_path, code).splitlines() == [
+        "agent spec 'training.experts:ScriptedExpert': module 'training' not found",
+        "agent spec 'agents.scripted:ScriptedAgent': module 'agents' not found",
+    ]

@@ -10,7 +10,7 @@ from importlib.metadata import version
 import pytest
 from episode_fixtures import make_episode
 
-import sotopia_env.llm_evaluator as llm_evaluator
+import sotopia_env.evaluators.llm as llm_evaluator
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
@@ -19,9 +19,7 @@ from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.protocol import ProtocolCard, cards_of, judge_sha256, judged_by
 from sotopia_env.episodes.runner import Job, play, run_batch
 from sotopia_env.episodes.sqlite_store import SQLiteStore
-from sotopia_env.evaluation import GOAL_ONLY, RuleBasedEvaluator
-from sotopia_env.llm_evaluator import LLMEvaluator
-from sotopia_env.verifiable import VerifiableJudge
+from sotopia_env.evaluators import GOAL_ONLY, LLMEvaluator, RuleBasedEvaluator, VerifiableJudge
 
 
 def episode(setup: EpisodeSetup, config: EnvConfig | None = None, seed: int = 0, judge=None) -> EpisodeLog:

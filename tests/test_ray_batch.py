@@ -32,7 +32,7 @@ from sotopia_env.episodes.ray_batch import (  # noqa: E402
     run_batch_on_ray,
 )
 from sotopia_env.episodes.store import open_store  # noqa: E402
-from sotopia_env.evaluation import RuleBasedEvaluator  # noqa: E402
+from sotopia_env.evaluators import RuleBasedEvaluator  # noqa: E402
 
 N_SCENARIOS = 8  # one setup each: 8 episodes of 8 scripted calls
 DELAY_S = 0.05  # per call: about 0.4 s an episode, one in flight per worker: 4 in a row per shard

@@ -8,7 +8,7 @@ so that they run offline and fast:
   at it, and the README's example server URL ``http://localhost:8000/v1`` is replaced by its URL;
 - ``human`` reads piped stdin;
 - ``run`` gets ``--max-turns 2``; ``view`` and ``serve`` get a free ``--port`` and are stopped once they serve their
-  first page;
+  first page (``serve``'s at the URL with the token it prints);
 - the episode store and the working folder are temporary.
 
 A README edit that breaks an example turns this test red.
@@ -30,6 +30,7 @@ import pytest
 from conftest import REPO, free_port
 from loopback_openai import LoopbackOpenAI
 from readme_blocks import blocks, strip_comment
+from server_harness import printed_url
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _loopback_server import respond  # noqa: E402  (valid actions and ratings for any of our schemas)
@@ -98,17 +99,22 @@ def run_line(line: str, folder: Path, server: LoopbackOpenAI) -> str:
 
 
 def serve_once(line: str, folder: Path, server: LoopbackOpenAI) -> str:
-    """Start ``view`` or ``serve`` on a free port, fetch its first page, stop it."""
+    """Start ``view`` or ``serve`` on a free port, fetch its first page (``serve``: the URL it printed, with the token
+    it made), stop it."""
     port = free_port()
     process = subprocess.Popen(
         shlex.split(runnable(line, server)) + ["--port", str(port)], cwd=folder, env=environment(folder, server),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
+        url = f"http://127.0.0.1:{port}/"
+        if shlex.split(line)[1] == "serve":
+            printed = next((out for out in process.stdout if "?token=" in out), "")  # "" once it exited
+            url = printed_url(printed)
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                with urllib.request.urlopen(url, timeout=5) as page:
                     return page.read().decode()
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:

@@ -3,7 +3,7 @@ import math
 
 from sotopia_env.episodes.log import AgentSpec, EpisodeLog
 from sotopia_env.episodes.report import build_report, plot_report, print_report, t_interval, wide_table
-from sotopia_env.evaluation import AgentRating, DimensionScore, EpisodeRating
+from sotopia_env.evaluators import AgentRating, DimensionScore, EpisodeRating
 
 
 def make_log(setup, models, goals=None, status="rated"):
@@ -74,7 +74,7 @@ def test_only_unrated_gives_no_means(two_friends):
 
 def seven_dimension_logs(setup, models):
     """Rated episodes of every model pair, on the seven SOTOPIA-EVAL dimensions, with distinct scores."""
-    from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
+    from sotopia_env.evaluators import SOTOPIA_DIMENSIONS
 
     a, b = setup.agent_names
     logs = []

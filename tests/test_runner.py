@@ -13,7 +13,7 @@ import batch_worker
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.episodes.runner import run_batch
 from sotopia_env.episodes.store import open_store
-from sotopia_env.evaluation import EpisodeRating, RuleBasedEvaluator
+from sotopia_env.evaluators import EpisodeRating, RuleBasedEvaluator
 
 
 class FlakyEvaluator(RuleBasedEvaluator):
@@ -136,3 +136,14 @@ def test_rate_stored_rerates_unrated_and_keeps_failures_honest(tmp_path):
     assert all("judge crashed" in log.rating.error for log in store.query(tag="r"))
     assert asyncio.run(rate_stored(store, RuleBasedEvaluator(), tag="r")) == {"rated": 2, "unrated": 0}
     assert store.count(tag="r", status="rated") == 2 and store.count(tag="r") == 2
+
+
+def test_run_episode_stores_into_a_store_it_is_handed(tmp_path):
+    from sotopia_env import open_store as front_door_open_store
+    from sotopia_env import run_episode
+
+    store = front_door_open_store(str(tmp_path / "one.db"))
+    (job,) = batch_worker.jobs(1)
+    log = asyncio.run(run_episode(job, RuleBasedEvaluator(), store, agents=scripted_factory(), tag="one"))
+    assert log is not None and log.status == "rated" and log.tag == "one"
+    assert store.get(log.id).turns == log.turns and store.count(tag="one") == 1

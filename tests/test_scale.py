@@ -21,20 +21,14 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _common import LoopbackProcess, two_seat_setups  # noqa: E402
 from _loopback_server import respond  # noqa: E402  (valid actions and ratings for any of our schemas)
 
-from sotopia_env.backends.endpoints import (  # noqa: E402
-    EndpointPool,
-    endpoint_share,
-    join_api_bases,
-    share_of,
-    split_api_bases,
-)
+from sotopia_env.backends.endpoints import EndpointPool, ModelServers, endpoint_share, share_of  # noqa: E402
 from sotopia_env.backends.resolve import release_backends, resolve_backend  # noqa: E402
 from sotopia_env.cli.main import app  # noqa: E402
 from sotopia_env.env import EnvConfig  # noqa: E402
 from sotopia_env.episodes.gc_tuning import BATCH_THRESHOLDS  # noqa: E402
 from sotopia_env.episodes.runner import Job, calls_in_flight, default_agent_factory, run_batch  # noqa: E402
 from sotopia_env.episodes.store import open_store  # noqa: E402
-from sotopia_env.evaluator_spec import make_evaluator  # noqa: E402
+from sotopia_env.evaluators import make_evaluator  # noqa: E402
 from sotopia_env.training.config import ConfigError, parse_config  # noqa: E402
 
 
@@ -107,11 +101,15 @@ def test_pool_with_every_server_resting_uses_the_one_back_soonest() -> None:
 
 
 def test_api_base_lists() -> None:
-    assert split_api_bases(["http://a/v1, http://b/v1", "http://a/v1", " "]) == ["http://a/v1", "http://b/v1"]
-    assert join_api_bases(["http://a/v1", "https://b/v1,http://c"]) == "http://a/v1,https://b/v1,http://c"
-    assert join_api_bases(None) is None and join_api_bases("") is None
+    servers = ModelServers.parse(["http://a/v1, http://b/v1", "http://a/v1", " "])
+    assert servers is not None and servers.urls == ("http://a/v1", "http://b/v1")
+    assert str(ModelServers.parse(["http://a/v1", "https://b/v1,http://c"])) == "http://a/v1,https://b/v1,http://c"
+    assert ModelServers.parse(None) is None and ModelServers.parse("") is None
+    assert ModelServers.parse(servers) is servers  # parsed once: passed on as it is
+    assert ModelServers.model_validate_json('"http://a/v1,http://b/v1"') == servers  # an HTTP body's comma list
+    assert ModelServers.model_validate(servers.model_dump(mode="json")) == servers  # as a queued request keeps it
     with pytest.raises(ValueError, match="api_base 'localhost:8000': not an http"):
-        join_api_bases("http://a/v1,localhost:8000")
+        ModelServers.parse("http://a/v1,localhost:8000")
 
 
 def test_a_pinned_worker_resolves_only_its_share_of_the_servers() -> None:
@@ -138,7 +136,7 @@ def test_calls_in_flight_follow_concurrency() -> None:
 def test_pipeline_config_takes_a_list_of_servers_and_max_calls(tmp_path: Path) -> None:
     raw = {"output_dir": str(tmp_path), "api_base": ["http://a:8000/v1", "http://b:8000/v1"], "max_calls": 16}
     config = parse_config(raw, "p.yaml")
-    assert config.api_base == "http://a:8000/v1,http://b:8000/v1" and config.max_calls == 16
+    assert str(config.api_base) == "http://a:8000/v1,http://b:8000/v1" and config.max_calls == 16
     with pytest.raises(ConfigError, match=r"p.yaml: field 'max_calls': must be at least 1, not 0"):
         parse_config({**raw, "max_calls": 0}, "p.yaml")
     with pytest.raises(ConfigError, match=r"p.yaml: field 'api_base': api_base 'a:8000': not an http"):

@@ -23,10 +23,10 @@ from test_stores import BOTH_STORES, fresh_store  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from sotopia_env.cli.main import app as cli  # noqa: E402
-from sotopia_env.server import create_server  # noqa: E402
-from sotopia_env.server.simulations import QUEUE  # noqa: E402
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
 from sotopia_env.episodes.store import EpisodeStore  # noqa: E402
+from sotopia_env.server import create_server  # noqa: E402
+from sotopia_env.server.simulations import QUEUE  # noqa: E402
 
 SCENARIO = "accommodation-drum-practice"
 SPOKEN = json.loads(SPEAK)["argument"]
@@ -60,7 +60,10 @@ def stream(base: str, sim_id: str, token: str | None = None) -> list[dict]:
 
 def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -> None:
     library_dir = tmp_path / "library"
-    with scripted_models() as models, server_thread(create_server(store, library_dir=library_dir)) as base:
+    with (
+        scripted_models() as models,
+        server_thread(create_server(store, library_dir=library_dir, api_base=models.base_url)) as base,
+    ):
         with httpx.Client(base_url=base, timeout=30) as client:
             health = client.get("/api/health").json()
             assert health["status"] == "ok" and health["store"] == store.url
@@ -106,7 +109,7 @@ def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -
 
 def test_the_stream_equals_the_stored_episode_for_every_viewer_late_or_not(either_store) -> None:
     store = either_store
-    with scripted_models(delay_s=0.05) as models, server_thread(create_server(store)) as base:
+    with scripted_models(delay_s=0.05) as models, server_thread(create_server(store, api_base=models.base_url)) as base:
         with httpx.Client(base_url=base, timeout=30) as client:
             sim_id = client.post("/api/simulations", json=simulation(models, max_turns=8)).json()["id"]
             first = stream(base, sim_id)  # attached while it runs
@@ -133,7 +136,7 @@ def test_a_token_guards_every_route_and_a_public_bind_needs_one(store) -> None:
         assert "script-src 'self'" in page.headers["content-security-policy"]
         assert "access-control-allow-origin" not in page.headers
     result = CliRunner().invoke(
-        cli, ["serve", "--host", "0.0.0.0", "--store", store.url], env={"SOTOPIA_ENV_TOKEN": ""}
+        cli, ["serve", "--host", "0.0.0.0", "--no-token", "--store", store.url], env={"SOTOPIA_ENV_TOKEN": ""}
     )
     assert result.exit_code == 1 and "refusing to listen on 0.0.0.0 without a token" in result.output
 
@@ -148,8 +151,11 @@ def test_limits_body_size_and_simulations_per_client(store) -> None:
 
 
 def test_a_silent_human_seat_gets_none_and_a_move_is_checked(store) -> None:
-    app = create_server(store, turn_timeout_s=0.5)
-    with scripted_models() as models, server_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+    with (
+        scripted_models() as models,
+        server_thread(create_server(store, turn_timeout_s=0.5, api_base=models.base_url)) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
         sim = client.post("/api/simulations", json=simulation(models, agents=["human", "loopback"], max_turns=4))
         sim_id, name = sim.json()["id"], next(iter(sim.json()["human_seats"]))
         seat = f"/api/simulations/{sim_id}/seats/{name}"
@@ -170,22 +176,24 @@ def test_kill_9_mid_simulation_then_restart_completes_it_exactly_once(tmp_path) 
     db = f"sqlite:///{tmp_path / 'episodes.db'}"
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
+    auth = {"Authorization": "Bearer kill-9"}
     with scripted_models(delay_s=0.25) as models:
-        process = serve_process(port, db, "--library-dir", str(tmp_path / "lib"), log=log)
+        options = ("--library-dir", str(tmp_path / "lib"), "--api-base", models.base_url)
+        process = serve_process(port, db, *options, log=log, token="kill-9")
         try:
             base = f"http://127.0.0.1:{port}"
             body = simulation(models, max_turns=12, tag="crash")
-            sim_id = httpx.post(f"{base}/api/simulations", json=body, timeout=30).json()["id"]
+            sim_id = httpx.post(f"{base}/api/simulations", json=body, headers=auth, timeout=30).json()["id"]
             deadline = time.monotonic() + 30
-            while httpx.get(f"{base}/api/simulations/{sim_id}", timeout=5).json()["turns"] < 3:
+            while httpx.get(f"{base}/api/simulations/{sim_id}", headers=auth, timeout=5).json()["turns"] < 3:
                 assert time.monotonic() < deadline, "no turns were played"
                 time.sleep(0.05)
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
             assert list(SQLiteStore(db).queue_items(QUEUE)) == [sim_id]  # the promise survived
             assert SQLiteStore(db).count(tag="crash") == 0
-            process = serve_process(port, db, "--library-dir", str(tmp_path / "lib"), log=log)
-            with httpx.Client(base_url=base, timeout=30) as client:
+            process = serve_process(port, db, *options, log=log, token="kill-9")
+            with httpx.Client(base_url=base, headers=auth, timeout=30) as client:
                 done = wait_until_ended(client, sim_id, timeout_s=60)
         finally:
             process.kill()

@@ -13,8 +13,7 @@ from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import GOAL_ONLY, RuleBasedEvaluator
-from sotopia_env.llm_evaluator import LLMEvaluator
+from sotopia_env.evaluators import GOAL_ONLY, LLMEvaluator, RuleBasedEvaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import prompt_text, render_prompt
 from sotopia_env.single_agent import CannedPartner, SingleAgentSocialEnv

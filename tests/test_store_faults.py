@@ -37,7 +37,7 @@ from sotopia_env.episodes.runner import run_batch
 from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import EpisodesSpilled, StoreWriter
-from sotopia_env.evaluation import RuleBasedEvaluator
+from sotopia_env.evaluators import RuleBasedEvaluator
 
 TESTS = Path(__file__).parent
 TAG = batch_worker.TAG

@@ -15,7 +15,7 @@ from sotopia_env.backends.scripted import ScriptedBackend
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import AgentRating, DimensionScore, EpisodeRating, RuleBasedEvaluator
+from sotopia_env.evaluators import AgentRating, DimensionScore, EpisodeRating, RuleBasedEvaluator
 from sotopia_env.training.dataset import (
     FilterConfig,
     ReplayError,
@@ -143,14 +143,14 @@ def test_loss_is_on_the_completion_only(tmp_path_factory, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from sotopia_env.training.trainer import TrainConfig, sft_config
+    from sotopia_env.training.sft import SFTTrainConfig, sft_config
 
     spec = tiny_model_spec(tmp_path_factory)
     dataset, _ = build_dataset([make_episode(0)])
     tokenizer = AutoTokenizer.from_pretrained(spec)
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(spec),
-        args=sft_config(TrainConfig(base_model=spec), tmp_path, bf16=False),
+        args=sft_config(SFTTrainConfig(base_model=spec), tmp_path, bf16=False),
         train_dataset=dataset.select_columns(["prompt", "completion"]),
         processing_class=tokenizer,
     )

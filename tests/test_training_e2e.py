@@ -109,7 +109,7 @@ def test_pipeline_trains_resumes_and_the_adapter_plays(tmp_path, tmp_path_factor
     from sotopia_env.backends.local import LocalBackend
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import play
-    from sotopia_env.evaluation import RuleBasedEvaluator
+    from sotopia_env.evaluators import RuleBasedEvaluator
     from sotopia_env.training.experts import ScriptedExpert
 
     backend = LocalBackend.from_spec(sr1["model"])

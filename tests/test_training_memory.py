@@ -12,7 +12,7 @@ from episode_fixtures import make_episode
 from test_training_tiny import one_torch_thread, tiny_model_spec  # noqa: F401
 
 from sotopia_env.training.dataset import build_dataset
-from sotopia_env.training.trainer import TrainConfig, sft_trainer
+from sotopia_env.training.sft import SFTTrainConfig, sft_trainer
 
 
 class VocabularyProjections:
@@ -39,7 +39,7 @@ def test_sft_loss_and_gradients_are_full_logits_cross_entropy_over_the_completio
     import torch.nn.functional as F
 
     dataset, _ = build_dataset([make_episode(i, setup_index=i % 2) for i in range(2)])
-    config = TrainConfig(
+    config = SFTTrainConfig(
         base_model=tiny_model_spec(tmp_path_factory),
         output_dir=str(tmp_path),
         batch_size=2,

@@ -1,10 +1,7 @@
-"""The shape of training/: one config per trainer on a shared base, no import cycles, the RL section's trainer
-chosen by its task, old keys named in one line, and the pipeline's seed reaching the RL stage."""
+"""The shape of training/: one config per trainer on a shared base, the RL section's trainer chosen by its task,
+old keys named in one line, and the pipeline's seed reaching the RL stage. (No import circles: test_imports.py.)"""
 
 from __future__ import annotations
-
-import ast
-from pathlib import Path
 
 import pytest
 
@@ -12,52 +9,17 @@ from sotopia_env.training.base_config import BaseTrainConfig
 from sotopia_env.training.config import ConfigError, parse_config, parse_rl_config
 from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
 from sotopia_env.training.grpo import GRPOStageConfig
-from sotopia_env.training.trainer import TrainConfig
-
-TRAINING = Path(__file__).resolve().parents[1] / "training"
-
-
-def _imports() -> dict[str, set[str]]:
-    """Every module of training/ and the training modules it imports (at any depth in its body)."""
-    graph = {}
-    for path in TRAINING.rglob("*.py"):
-        name = "sotopia_env.training." + ".".join(path.with_suffix("").relative_to(TRAINING).parts)
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sotopia_env.training"):
-                deps.add(node.module)
-            elif isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names if a.name.startswith("sotopia_env.training")}
-        graph[name.removesuffix(".__init__")] = deps
-    return graph
-
-
-def test_no_module_in_training_imports_itself_through_others():
-    graph = _imports()
-    assert "sotopia_env.training.episode_grpo" in graph and len(graph) > 20
-
-    def reaches(start: str, target: str) -> bool:
-        seen, todo = set(), list(graph.get(start, ()))
-        while todo:
-            node = todo.pop()
-            if node == target:
-                return True
-            if node not in seen:
-                seen.add(node)
-                todo.extend(graph.get(node, ()))
-        return False
-
-    assert [m for m in graph if reaches(m, m)] == []
+from sotopia_env.training.sft import SFTTrainConfig
 
 
 def test_every_trainer_has_its_own_config_on_the_shared_base():
-    for config in (TrainConfig, GRPOStageConfig, EpisodeGRPOConfig):
+    for config in (SFTTrainConfig, GRPOStageConfig, EpisodeGRPOConfig):
         assert issubclass(config, BaseTrainConfig)
         assert set(BaseTrainConfig.__dataclass_fields__) <= set(config.__dataclass_fields__)
     assert "partner" not in GRPOStageConfig.__dataclass_fields__  # episode fields live with their trainer
     assert "num_generations" not in EpisodeGRPOConfig.__dataclass_fields__
     assert "full_finetune" not in GRPOStageConfig.__dataclass_fields__
-    assert (TrainConfig().lora_r, GRPOStageConfig().lora_r, GRPOStageConfig().learning_rate) == (16, 8, 5e-6)
+    assert (SFTTrainConfig().lora_r, GRPOStageConfig().lora_r, GRPOStageConfig().learning_rate) == (16, 8, 5e-6)
     with pytest.raises(ValueError, match="EpisodeGRPOConfig"):
         GRPOStageConfig(task="episodes")
 
@@ -69,8 +31,10 @@ def test_the_rl_section_picks_its_trainer_by_task_and_names_old_or_foreign_keys(
         "field 'batch_size': renamed to 'micro_batch_size' for task: episodes": {"task": "episodes", "batch_size": 4},
         "field 'num_generations': renamed to 'group_size' for task: episodes": {"task": "episodes",
                                                                                   "num_generations": 4},
-        "field 'loss_type': only for text GRPO tasks": {"task": "episodes", "loss_type": "dapo"},
-        "field 'partner': only for task: episodes": {"task": "socialiqa", "partner": "rule-partner"},
+        "field 'loss_type': only for text GRPO (task: item_selection, social_r1, ": {"task": "episodes",
+                                                                                     "loss_type": "dapo"},
+        "field 'partner': only for episode GRPO (task: episodes)": {"task": "socialiqa", "partner": "rule-partner"},
+        "field 'task': unknown RL task 'nope' (tasks: episodes, item_selection, ": {"task": "nope"},
         "field 'nonsense'": {"task": "episodes", "nonsense": 1},
     }  # fmt: skip
     for message, raw in cases.items():

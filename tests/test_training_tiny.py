@@ -62,7 +62,7 @@ def test_tiny_model_plays_an_episode(tmp_path_factory):
     from sotopia_env.backends.local import LocalBackend
     from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.runner import play
-    from sotopia_env.evaluation import RuleBasedEvaluator
+    from sotopia_env.evaluators import RuleBasedEvaluator
     from sotopia_env.training.experts import ScriptedExpert
 
     backend = LocalBackend.from_spec(tiny_model_spec(tmp_path_factory))

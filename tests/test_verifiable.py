@@ -7,26 +7,24 @@ import pytest
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.agents.loading import AgentSpecError, load_agent
-from sotopia_env.agents.rule_partners import RulePartner, check_rule_specs
+from sotopia_env.agents.rule_partners import RulePartner
+from sotopia_env.agents.rule_specs import check_rule_specs
 from sotopia_env.agents.scripted import ScriptedAgent
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.runner import play
-from sotopia_env.evaluation import EpisodeContext, aevaluate_safely
-from sotopia_env.evaluator_spec import make_evaluator
-from sotopia_env.profiles import BargainingFacts, PersuasionFacts, SchedulingFacts
-from sotopia_env.transcript import Turn
-from sotopia_env.verifiable import (
+from sotopia_env.evaluators import EpisodeContext, VerifiableJudge, aevaluate_safely, make_evaluator
+from sotopia_env.kinds import NotVerifiable, kind_for
+from sotopia_env.kinds.bargaining import BargainingFacts, numbers_in
+from sotopia_env.kinds.persuasion import (
     MAX_CONCERN_WORDS,
     MAX_FOREIGN,
-    NotVerifiable,
-    VerifiableJudge,
+    PersuasionFacts,
     addresses,
     hear,
     library_concerns,
-    numbers_in,
-    outcome_after,
-    slots_in,
 )
+from sotopia_env.kinds.scheduling import SchedulingFacts, slots_in
+from sotopia_env.transcript import Turn
 
 BIKE = "verifiable-bargaining-bike"  # asking 450, budget 400, reservation 320, 4 rounds
 
@@ -269,7 +267,8 @@ def test_persuasion_cannot_be_stuffed(library):
             log = _play(setup, lines)
             assert _goal(log) == (0, False), (sid, [t.action.argument for t in log.turns])
         stuffed = AgentAction(action_type=ActionType.speak, argument=one_line)
-        assert outcome_after(setup.scenario.verifiable, [], stuffed).goal == 0  # the one-step reward too
+        facts = setup.scenario.verifiable
+        assert kind_for(facts).outcome_after(facts, [], stuffed).goal == 0  # the one-step reward too
     log = _play(_setup(library, ids[0]), spread)
     said = [text for _, text in _partner_lines(log)]
     assert "listening" in said[0] and "listening" in said[-2] and _partner_lines(log)[-1][0] == "leave"
@@ -441,8 +440,7 @@ def test_llm_evaluator_still_rates_verifiable_episodes(library):
     import json
 
     from sotopia_env.backends.scripted import ScriptedBackend
-    from sotopia_env.evaluation import GOAL_ONLY
-    from sotopia_env.llm_evaluator import LLMEvaluator
+    from sotopia_env.evaluators import GOAL_ONLY, LLMEvaluator
 
     log = _play(_setup(library, BIKE), ["$330?"])
     names = log.setup.agent_names

@@ -21,14 +21,15 @@ from sotopia_env.episodes.redis_store import RedisStore
 from sotopia_env.episodes.report import build_report
 from sotopia_env.episodes.sqlite_store import SQLiteStore
 from sotopia_env.episodes.store import EpisodeStore, StoreError
+from sotopia_env.observation import background_for
 from sotopia_env.server.viewer import create_app
 from sotopia_env.server.viewer.index import Summary, SummaryIndex
 from sotopia_env.server.viewer.listing import ListQuery, list_episodes, page_from_index
 from sotopia_env.server.viewer.reports import summary_report
-from sotopia_env.observation import background_for
 from sotopia_env.transcript import Turn
 
 XSS = "<script>alert('pwned')</script>"
+LOOPBACK = "http://127.0.0.1"  # the viewer answers only its own Host names (not TestClient's "testserver")
 STATUSES = ("rated", "rated", "unrated", "failed")
 MODELS = (("smollm2-135m", "gpt-4o-mini"), ("gpt-4o-mini", "llama-3-8b"), ("llama-3-8b", "smollm2-135m"))
 
@@ -72,7 +73,7 @@ def store(request, tmp_path) -> Iterator[EpisodeStore]:
 
 @pytest.fixture
 def client(store):
-    with TestClient(create_app(store)) as c:
+    with TestClient(create_app(store), base_url=LOOPBACK) as c:
         yield c
 
 
@@ -285,7 +286,7 @@ def test_store_errors_are_503(tmp_path):
 
             return fail
 
-    with TestClient(create_app(DownStore())) as c:  # type: ignore[arg-type]
+    with TestClient(create_app(DownStore()), base_url=LOOPBACK) as c:  # type: ignore[arg-type]
         r = c.get("/")
         assert r.status_code == 503 and "Connection refused" in r.text
         assert c.get("/api/episodes?sort=goal").status_code == 503
@@ -383,8 +384,9 @@ def test_view_serves_on_loopback(monkeypatch, sqlite_url):
     r = CliRunner().invoke(app, ["view", "--store", sqlite_url, "--port", str(free_port())])
     assert r.exit_code == 0, r.output
     assert seen["host"] == "127.0.0.1" and "serving" in r.output
-    with TestClient(seen["app"]) as c:
+    with TestClient(seen["app"], base_url=LOOPBACK) as c:
         assert c.get("/api/episodes").json()["total"] == 24
+        assert c.get("/api/episodes", headers={"Host": "evil.example.com"}).status_code == 400  # DNS rebinding
 
 
 def test_view_port_in_use(sqlite_url):

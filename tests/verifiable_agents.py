@@ -11,7 +11,7 @@ class Buyer(ScriptedAgent):
 
 
 def _every_concern_word() -> str:
-    from sotopia_env.verifiable import library_concerns
+    from sotopia_env.kinds.persuasion import library_concerns
 
     return ", ".join(sorted({w for concern in library_concerns() for w in concern}))
 

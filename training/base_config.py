@@ -1,15 +1,18 @@
 """The fields every trainer shares: the model, the LoRA, the optimiser and its schedule, precision, checkpoints.
 
-``TrainConfig`` (SFT, ``training.trainer``), ``GRPOStageConfig`` (text GRPO on TRL, ``training.grpo``) and
+``SFTTrainConfig`` (SFT, ``training.sft``), ``GRPOStageConfig`` (text GRPO on TRL, ``training.grpo``) and
 ``EpisodeGRPOConfig`` (GRPO on whole episodes, ``training.episode_grpo``) extend ``BaseTrainConfig``, as TRL's
 configs extend ``TrainingArguments``. A subclass may change a default (GRPO trains a smaller LoRA at a lower
 learning rate); it never copies a field.
+
+``PipelineInputs`` is what the pipeline hands the trainer of its ``rl:`` stage (``training.trainers``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sotopia_env.model_ref import read_model_ref
@@ -52,3 +55,25 @@ class BaseTrainConfig:
         """This config starting from ``policy``: a trained model spec continues its adapter."""
         base, adapter = read_model_ref(policy)
         return dataclasses.replace(self, base_model=base, init_adapter=adapter)
+
+
+@dataclass
+class PipelineInputs:
+    """What the pipeline offers the trainer of its ``rl:`` stage, beyond the policy to start from and the output dir.
+
+    ``fill`` applies the convention every trainer gets for free: a config field ``api_base`` left unset takes the
+    pipeline's, and a field ``scenarios_dir`` gets the pipeline's scenario folders first. A trainer that needs more
+    (text GRPO's ``social_turns`` reads the run's own episodes) says so in its ``in_pipeline`` hook."""
+
+    api_base: str | None = None
+    scenarios_dir: list[str] = field(default_factory=list)
+    episodes_file: Callable[[], str] | None = None  # exports the BC and SR stages' episodes (JSONL); its path
+
+    def fill(self, config: Any) -> Any:
+        fields = config.__dataclass_fields__
+        changes: dict[str, Any] = {}
+        if "api_base" in fields and config.api_base is None:
+            changes["api_base"] = self.api_base
+        if "scenarios_dir" in fields:
+            changes["scenarios_dir"] = [*self.scenarios_dir, *config.scenarios_dir]
+        return dataclasses.replace(config, **changes) if changes else config

@@ -21,8 +21,8 @@ from sotopia_env.episodes.jobs import self_play_jobs, versus_jobs
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.training.context import StageContext, StageResult, batch_counts
 from sotopia_env.training.dataset import build_dataset, played_by
+from sotopia_env.training.sft import train_sft
 from sotopia_env.training.sources import keep_unrated, read_source, status_counts, with_library_splits
-from sotopia_env.training.trainer import train
 
 STAGE = "bc"
 
@@ -36,7 +36,7 @@ def expert_episodes(ctx: StageContext) -> tuple[list[EpisodeLog], str, dict[str,
     tag = ctx.tag(STAGE)
     scenarios = ctx.scenarios("bc.scenarios", c.bc.scenarios)
     if c.bc.partner:
-        from sotopia_env.agents.rule_partners import check_rule_specs
+        from sotopia_env.agents.rule_specs import check_rule_specs
 
         check_rule_specs(scenarios, [c.bc.expert, c.bc.partner], c.evaluator.model)  # one line if misplaced
         jobs = versus_jobs(scenarios, ctx.library, c.bc.expert, c.bc.partner, c.bc.episodes_per_scenario, c.seed)
@@ -65,7 +65,7 @@ def run_bc(ctx: StageContext) -> StageResult:
     )
 
     # 3. train the base model on it
-    result = train(
+    result = train_sft(
         dataset,
         c.train_config("bc", c.bc.train, base_model=c.base_model, output_dir=str(out), progress=ctx.train_progress),
     )

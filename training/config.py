@@ -13,22 +13,20 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from sotopia_env.backends.endpoints import join_api_bases
+from sotopia_env.backends.endpoints import ModelServers
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.ray_batch import RayConfig
 from sotopia_env.episodes.store import StoreURLError, store_kind
 from sotopia_env.errors import UserError
+from sotopia_env.training.base_config import BaseTrainConfig
 from sotopia_env.training.dataset import FilterConfig
-from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
-from sotopia_env.training.grpo import GRPOStageConfig
 from sotopia_env.training.policy_server import PolicyServerConfig, template_problem
-from sotopia_env.training.trainer import TrainConfig
+from sotopia_env.training.sft import SFTTrainConfig
+from sotopia_env.training.trainers import all_task_names, trainer_for_task, trainers
 from sotopia_env.validation import field_problem
 
 _SET_BY_PIPELINE = ("base_model", "output_dir", "init_adapter")
-RLConfig = GRPOStageConfig | EpisodeGRPOConfig  # the trainer is chosen by ``task``: ``episodes`` or a text task
-# Keys an episodes config had before episode GRPO got a config of its own, and what they are now.
-_EPISODE_RENAMES = {"batch_size": "micro_batch_size", "num_generations": "group_size"}
+RLConfig = BaseTrainConfig  # the config of a registered trainer (training.trainers), chosen by its ``task``
 
 
 class ConfigError(UserError, ValueError):
@@ -108,7 +106,7 @@ class PipelineConfig:
     concurrency: int = 8
     store: str | None = None  # default: SQLite at OUTPUT_DIR/episodes.db
     store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
-    api_base: str | list[str] | None = None  # one server URL, or several (a list or comma-separated): joined on load
+    api_base: ModelServers | None = None  # one server URL, or several (a list or comma-separated): parsed on load
     max_calls: int | None = None  # cap on calls in flight per model (default: one per episode in flight)
     ray: RayConfig | None = None  # episode stages on Ray actors: {address, num_workers, gpus_per_worker, pin_endpoints}
     scenarios_dir: list[str] = field(default_factory=list)
@@ -118,8 +116,8 @@ class PipelineConfig:
     bc: BCConfig = field(default_factory=BCConfig)
     sr: SRConfig = field(default_factory=SRConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    rl: RLConfig | None = None  # GRPO after the last SR round (optional): training.grpo or training.episode_grpo
+    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    rl: RLConfig | None = None  # RL after the last SR round (optional): a registered trainer's config, by its task
     policy_server: PolicyServerConfig | None = None  # serve the policy (vLLM) while it plays; training.policy_server
     source: str = "<config>"  # where it was read from (for error messages)
 
@@ -131,7 +129,7 @@ class PipelineConfig:
     def store_url(self) -> str:
         return self.store or f"sqlite:///{(self.out / 'episodes.db').resolve()}"
 
-    def train_config(self, stage: str, overrides: dict[str, Any], **fixed: Any) -> TrainConfig:
+    def train_config(self, stage: str, overrides: dict[str, Any], **fixed: Any) -> SFTTrainConfig:
         """The top-level train section with a stage's overrides and the fields the pipeline sets."""
         import dataclasses
 
@@ -165,7 +163,7 @@ def parse_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         config.rl = parse_rl_config(rl, source, "rl.")
     for stage, section in (("bc", config.bc.train), ("sr", config.sr.train)):
         for key in section:
-            if key in _SET_BY_PIPELINE or key not in TrainConfig.__dataclass_fields__:
+            if key in _SET_BY_PIPELINE or key not in SFTTrainConfig.__dataclass_fields__:
                 raise ConfigError(f"{source}: field '{stage}.train.{key}': not a train setting")
     _check_values(config)
     return config
@@ -185,10 +183,6 @@ def _check_values(c: PipelineConfig) -> None:
     ):
         if value < 1:
             raise bad(where, f"must be at least 1, not {value}")
-    try:
-        c.api_base = join_api_bases(c.api_base)
-    except ValueError as exc:
-        raise bad("api_base", str(exc)) from None
     if c.ray is not None and c.ray.num_workers < 1:
         raise bad("ray.num_workers", f"must be at least 1, not {c.ray.num_workers}")
     if c.ray is not None and c.ray.gpus_per_worker < 0:
@@ -225,35 +219,37 @@ def load_config(path: str | Path) -> PipelineConfig:
 
 
 def parse_rl_config(raw: Any, source: str, prefix: str = "") -> RLConfig:
-    """An RL config: ``task: episodes`` is ``EpisodeGRPOConfig`` (GRPO on whole episodes), any other task is
-    ``GRPOStageConfig`` (text GRPO on TRL). A key of the other trainer, or one that was renamed, is a one-line
-    ``ConfigError`` naming it (and its new name)."""
+    """An RL config: its ``task`` chooses the trainer (``training.trainers``: ``episodes`` is episode GRPO, a text
+    task is text GRPO, the default), whose config it is. An unknown task, a key of another trainer, or one that was
+    renamed, is a one-line ``ConfigError`` naming it (and its new name)."""
     from pydantic import TypeAdapter, ValidationError
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: field '{prefix.rstrip('.') or '(top level)'}': must be a mapping")
-    episodes = raw.get("task") == "episodes"
-    kind: type = EpisodeGRPOConfig if episodes else GRPOStageConfig
-    own = kind.__dataclass_fields__
+    task = raw.get("task")
+    trainer = trainer_for_task(task) if task is None or isinstance(task, str) else None
+    if trainer is None:
+        raise ConfigError(
+            f"{source}: field '{prefix}task': unknown RL task {task!r} (tasks: {', '.join(all_task_names())})"
+        )
+    own = trainer.config.__dataclass_fields__
     for key in raw:
         if key in own:
             continue
-        if episodes and key in _EPISODE_RENAMES:
-            raise ConfigError(
-                f"{source}: field '{prefix}{key}': renamed to '{_EPISODE_RENAMES[key]}' for task: episodes"
-            )
-        other = GRPOStageConfig if episodes else EpisodeGRPOConfig
-        if key in other.__dataclass_fields__:
-            where = "text GRPO tasks" if episodes else "task: episodes"
-            raise ConfigError(f"{source}: field '{prefix}{key}': only for {where}")
+        if key in trainer.renamed:
+            raise ConfigError(f"{source}: field '{prefix}{key}': renamed to '{trainer.renamed[key]}' for task: {task}")
+        for other in trainers():
+            if key in other.config.__dataclass_fields__:
+                tasks = ", ".join(other.task_names())
+                raise ConfigError(f"{source}: field '{prefix}{key}': only for {other.title} (task: {tasks})")
     try:
-        return TypeAdapter(kind).validate_python(raw)
+        return TypeAdapter(trainer.config).validate_python(raw)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {field_problem(exc, '(top level)', prefix=prefix)}") from None
 
 
 def load_rl_config(path: str | Path) -> RLConfig:
-    """Read and validate a YAML GRPO config (``sotopia-env train grpo``): see ``parse_rl_config``."""
+    """Read and validate a trainer's YAML config (``sotopia-env train run``): see ``parse_rl_config``."""
     from sotopia_env.library import read_yaml
 
     return parse_rl_config(read_yaml(Path(path), ConfigError), str(path))

@@ -13,8 +13,7 @@ from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
 from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
 from sotopia_env.episodes.store import EpisodeStore, open_store
-from sotopia_env.evaluation import Evaluator
-from sotopia_env.evaluator_spec import make_evaluator
+from sotopia_env.evaluators import Evaluator, make_evaluator
 from sotopia_env.library import Library, load_library
 from sotopia_env.profiles import Scenario
 from sotopia_env.training.config import ConfigError, PipelineConfig
@@ -52,7 +51,7 @@ class StageContext:
 
     @classmethod
     def open(cls, config: PipelineConfig, progress: bool = True) -> StageContext:
-        from sotopia_env.evaluator_spec import NO_EVALUATOR
+        from sotopia_env.evaluators import NO_EVALUATOR
         from sotopia_env.library import LibraryError
 
         if config.evaluator.model.strip().lower() == NO_EVALUATOR:
@@ -189,10 +188,10 @@ def _served(policy: str | None, served: AgentFactory, others: AgentFactory) -> A
     return lambda spec, seat: served(SERVED_MODEL, seat) if spec == policy else others(spec, seat)
 
 
-def release_backends(specs: set[str], keep: object = None) -> None:
-    """Free the shared backends of ``specs`` (except the evaluator's) and the memory they held."""
+def release_backends(specs: set[str] | None, keep: object = None) -> None:
+    """Free the shared backends of ``specs`` (all when None), except the evaluator's, and the memory they held."""
     from sotopia_env.backends import resolve
-    from sotopia_env.training.trainer import release_memory
+    from sotopia_env.training.model_setup import release_memory
 
     resolve.release_backends(specs, keep=getattr(keep, "backend", None))
     release_memory()

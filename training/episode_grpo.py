@@ -365,7 +365,7 @@ def loss_batches(
 
 def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
     """The config's group starts (one setup per scenario, sampled by seed), partner, evaluator and env."""
-    from sotopia_env.evaluator_spec import make_evaluator
+    from sotopia_env.evaluators import make_evaluator
     from sotopia_env.library import load_library
     from sotopia_env.sampler import sample_setups
 

@@ -10,7 +10,8 @@ exactly the token ids it sampled, the moves that earned credit, a reward, and th
   calls get no gradient. On a verifiable scenario, the moves after the partner's deciding answer (a deal, or the
   partner leaving) get none either: they could not change the outcome.
 - **Reward.** The evaluator's rating of the policy's seat (``None`` when unrated: no advantage, never 0), plus an
-  optional dense part on verifiable scenarios (``partial_credit``), capped so that success always dominates.
+  optional dense part on verifiable scenarios (the kind's partial credit), capped so that success always
+  dominates: ``sotopia_env.rewards.episode_reward``, where every rating becomes a reward.
 - **Starts.** ``StartPicker`` hands out group starts with the scenario kinds interleaved (a step mixes kinds) and,
   with dynamic sampling, skips a start whose last group had equal rewards (all won or all lost) for a few steps.
 """
@@ -18,7 +19,6 @@ exactly the token ids it sampled, the moves that earned credit, a reward, and th
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -26,16 +26,16 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sotopia_env.actions import ActionType
 from sotopia_env.agents.base import Agent
 from sotopia_env.agents.llm import LLMAgent
 from sotopia_env.backends.base import Backend, ChatRequest, Completion, GenerationSettings
 from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.evaluation import Evaluator
+from sotopia_env.evaluators import Evaluator
+from sotopia_env.kinds import PARTNER_SEAT, kind_for
 from sotopia_env.observation import Observation
-from sotopia_env.verifiable import PARTNER_SEAT, numbers_in, replay, slots_in
+from sotopia_env.rewards import Reward, episode_reward, team_reward
 
 DECIDING = ("accept", "leave", "goodbye")  # the partner's moves after which nothing the learner says counts
 
@@ -104,13 +104,13 @@ class CreditingAgent:
 
 def decided_turn(log: EpisodeLog) -> int | None:
     """The turn of the partner's answer that decided a verifiable episode (a deal, or the partner leaving), as
-    the judge replays it (``verifiable.replay``: one move per partner turn); None when the scenario is not
+    the judge replays it (``Kind.replay``: one move per partner turn); None when the scenario is not
     verifiable or nothing was decided before the end."""
     facts = log.setup.scenario.verifiable
     if facts is None:
         return None
     partner = log.setup.agent_names[PARTNER_SEAT]
-    talk = replay(facts, ((t.agent == partner, t.action) for t in log.turns))
+    talk = kind_for(facts).replay(facts, ((t.agent == partner, t.action) for t in log.turns))
     partner_turns = [t.turn for t in log.turns if t.agent == partner]
     return next((turn for move, turn in zip(talk.moves, partner_turns, strict=True) if move.act in DECIDING), None)
 
@@ -119,49 +119,6 @@ def credited_samples(log: EpisodeLog, moves: Sequence[tuple[int, Completion]]) -
     """The samples of the moves that could shape the outcome: every move before the deciding answer."""
     decided = decided_turn(log)
     return [sample_of(c) for turn, c in moves if decided is None or turn < decided]
-
-
-def partial_credit(log: EpisodeLog, seat: int) -> float:
-    """0 or 1, from the transcript alone, on a verifiable scenario (0 elsewhere): bargaining, the learner made
-    a valid offer (one number in a speech); scheduling, it proposed one slot that it can make; persuasion, the
-    partner's concern was addressed (as the rules replay it)."""
-    facts = log.setup.scenario.verifiable
-    if facts is None:
-        return 0.0
-    learner, partner = log.setup.agent_names[seat], log.setup.agent_names[PARTNER_SEAT]
-    speeches = [t.action.argument for t in log.turns if t.agent == learner and t.action.action_type is ActionType.speak]
-    if facts.kind == "bargaining":
-        return float(any(len(numbers_in(s)) == 1 for s in speeches))
-    if facts.kind == "scheduling":
-        mine = {s.lower() for s in facts.agent_slots}
-        return float(any(len(n) == 1 and n[0].lower() in mine for n in (slots_in(s, facts.slots) for s in speeches)))
-    talk = replay(facts, ((t.agent == partner, t.action) for t in log.turns))
-    return float(talk.addressed)
-
-
-@dataclass
-class Reward:
-    value: float | None  # None: unrated (or failed): no advantage
-    success: bool | None = None  # the judge's verdict, where it gives one
-
-
-def episode_reward(
-    log: EpisodeLog, seat: int, dimension: str, turn_reward: float = 0.0, dense_reward: float = 0.0
-) -> Reward:
-    """The evaluator's ``dimension`` for the seat, plus ``turn_reward`` per turn it took, plus the dense part:
-    ``dense_reward`` for a success (so that success always dominates), ``dense_reward * partial_credit`` for a
-    failure. ``Reward(None)`` when unrated."""
-    agent = log.setup.agent_names[seat]
-    if log.rating is None or not log.rating.rated:
-        return Reward(None)
-    value = log.rating.reward(agent, dimension)
-    if math.isnan(value):
-        return Reward(None)
-    success = log.rating.ratings[agent].success if agent in log.rating.ratings else None
-    value += turn_reward * sum(t.agent == agent for t in log.turns)
-    if dense_reward:
-        value += dense_reward * (1.0 if success else partial_credit(log, seat))
-    return Reward(value, success)
 
 
 @dataclass
@@ -241,14 +198,6 @@ async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed
     ]
     samples = [sample for policy in policies.values() for sample in credited_samples(log, policy.moves)]
     return Episode(log, team_reward(rewards), samples, len(recorder.calls))
-
-
-def team_reward(rewards: Sequence[Reward]) -> Reward:
-    """The policy's reward over the seats it played: their mean (one seat: its own), its first seat's verdict;
-    unrated when any seat is."""
-    if any(r.value is None for r in rewards):
-        return Reward(None)
-    return Reward(statistics.fmean(r.value for r in rewards if r.value is not None), rewards[0].success)
 
 
 async def play_many(rollout: Rollout, backend: Backend, starts: Sequence[tuple[EpisodeSetup, int]]) -> list[Episode]:

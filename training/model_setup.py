@@ -1,6 +1,6 @@
 """The model and LoRA helpers every trainer shares: precision, loading, adapters, checkpoints, saving.
 
-``training.trainer`` (SFT), ``training.grpo`` (text GRPO) and ``training.episode_grpo`` (GRPO on whole episodes)
+``training.sft`` (SFT), ``training.grpo`` (text GRPO) and ``training.episode_grpo`` (GRPO on whole episodes)
 all make the same decisions through these functions: bf16 on CUDA, 4-bit QLoRA on CUDA with bitsandbytes, a
 new LoRA or the adapter being continued, and an output directory that is a model spec.
 

@@ -162,6 +162,8 @@ def write_report(ctx: StageContext, state: PipelineState) -> Report:
 def _jsonable(value: Any) -> Any:
     import dataclasses
 
+    if hasattr(value, "model_dump"):  # a pydantic value (the model servers)
+        return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -40,7 +40,7 @@ class GRPOResult:
         """What it trained on, in words (task ``episodes``: its ``prompts`` are group starts)."""
         return f"{self.task}: {self.prompts} {'starts' if self.task == 'episodes' else 'prompts'}"
 
-    def none_note(self) -> str:
+    def note(self) -> str:
         """The ``None`` rewards and skipped updates, in words (task ``episodes``: unrated episodes, groups)."""
         if self.task == "episodes":
             note = f"unrated episodes: {self.none_rewards}, groups without signal: {self.unscorable_batches}"

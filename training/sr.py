@@ -19,8 +19,8 @@ from sotopia_env.episodes.jobs import self_play_jobs
 from sotopia_env.model_ref import MODEL_REF, read_model_ref
 from sotopia_env.training.context import StageContext, StageResult, batch_counts
 from sotopia_env.training.dataset import build_dataset
+from sotopia_env.training.sft import train_sft
 from sotopia_env.training.stages import stage_name
-from sotopia_env.training.trainer import train
 
 
 def run_sr_round(ctx: StageContext, round_: int, policy: str) -> StageResult:
@@ -50,7 +50,7 @@ def run_sr_round(ctx: StageContext, round_: int, policy: str) -> StageResult:
     else:
         base, adapter = read_model_ref(policy)
         start = {"base_model": base, "init_adapter": adapter}
-    trained = train(
+    trained = train_sft(
         dataset, c.train_config("sr", c.sr.train, output_dir=str(out), progress=ctx.train_progress, **start)
     )
     result.model = trained.model_dir

@@ -1,13 +1,15 @@
 """The viewer's FastAPI app: server-rendered HTML and JSON over an episode store, read-only.
 
-Only GET is served; any other method (HEAD included) gets 405. Pages load no
+Only GET is served; any other method (HEAD included) gets 405. Only loopback's ``Host`` names and
+``allowed_hosts`` are answered, and a foreign ``Origin`` is refused (``security.HostCheck``, as for the server).
+Pages load no
 script and nothing from elsewhere (the stylesheet is inline), and the
 Content-Security-Policy forbids both, so the viewer works offline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +17,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sotopia_env.episodes.store import EpisodeStore, StoreError, open_store
+from sotopia_env.server.security import LOOPBACK_HOSTS, HostCheck
 from sotopia_env.server.viewer.context import Viewer
 from sotopia_env.server.viewer.routes import router
 
@@ -25,12 +28,18 @@ CSP = (
 TITLES = {404: "Not found", 405: "Method not allowed", 422: "Bad request", 503: "Store unavailable"}
 
 
-def create_app(store: EpisodeStore | str | None = None, *, warm: bool = False, max_age: float = 120.0) -> FastAPI:
+def create_app(
+    store: EpisodeStore | str | None = None,
+    *,
+    warm: bool = False,
+    max_age: float = 120.0,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+) -> FastAPI:
     """The viewer over ``store`` (a store, a store URL, or None for the default store).
 
-    ``warm`` builds the summary index (and the all-tags report) in the background
-    right away; ``max_age`` is how many seconds the index may age before it is
-    rebuilt in the background.
+    ``warm`` builds the summary index (and the all-tags report) in the background right away; ``max_age`` is how
+    many seconds the index may age before it is rebuilt in the background. ``allowed_hosts``: the ``Host`` names
+    answered (``security.served_hosts``).
     """
     st = store if store is not None and not isinstance(store, str) else open_store(store)
     v = Viewer.over(st, max_age=max_age)
@@ -39,6 +48,7 @@ def create_app(store: EpisodeStore | str | None = None, *, warm: bool = False, m
     app.state.viewer, app.state.store, app.state.index = v, st, v.index
     app.include_router(router)
     app.middleware("http")(read_only)
+    app.add_middleware(HostCheck, hosts=allowed_hosts)
     add_error_pages(app, v)
     if warm:
         v.reports.warm()
@@ -72,7 +82,8 @@ def add_error_pages(app: FastAPI, v: Viewer) -> None:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())[1:])
-        return answer(request, 422, f"{where}: {first.get('msg', 'invalid request')}")
+        message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")  # a validator's own line
+        return answer(request, 422, f"{where}: {message}" if where else message)
 
     async def store_down(request: Request, exc: Exception) -> Response:
         return answer(request, 503, str(exc))

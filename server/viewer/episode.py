@@ -7,7 +7,7 @@ from typing import Any
 
 from sotopia_env.actions import ActionType
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
+from sotopia_env.evaluators import SOTOPIA_DIMENSIONS
 from sotopia_env.observation import background_for
 from sotopia_env.transcript import Turn
 from sotopia_env.visibility import describe

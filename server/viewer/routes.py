@@ -9,12 +9,12 @@ from fastapi.responses import HTMLResponse, Response
 
 from sotopia_env.episodes.leaderboard import leaderboard
 from sotopia_env.episodes.log import STATUSES
+from sotopia_env.evaluators import SOTOPIA_DIMENSIONS
+from sotopia_env.observation import relationship_of
 from sotopia_env.server.viewer import episode as ep
 from sotopia_env.server.viewer.context import SPLITS, Viewer, viewer
 from sotopia_env.server.viewer.index import SEAT_AGGREGATES
 from sotopia_env.server.viewer.listing import MAX_LIMIT, ListQuery, Order, list_episodes
-from sotopia_env.evaluation import SOTOPIA_DIMENSIONS
-from sotopia_env.observation import relationship_of
 
 router = APIRouter()
 SOTOPIA = [d.name for d in SOTOPIA_DIMENSIONS]

@@ -1,4 +1,4 @@
-"""The backend interface shared by every LLM backend."""
+"""The interface every LLM backend shares, and ``prompt_text`` (chat messages as the text a model continues)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ class ChatRequest:
     # Record what was sampled (local backend only; other backends ignore it): ``meta`` gets ``prompt_ids``,
     # ``token_ids``, ``logprobs`` and ``sampler_logprobs`` (see backends/local.py).
     logprobs: bool = False
+
+
+def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:
+    """The messages as the one string a model continues: ``tokenizer``'s chat template with the generation
+    prompt when it has one, else a plain ``role: content`` line per message, then ``assistant: ``."""
+    if getattr(tokenizer, "chat_template", None):
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
 
 
 @dataclass

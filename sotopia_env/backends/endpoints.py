@@ -1,12 +1,16 @@
-"""Several servers behind one model: which ``api_base`` a call goes to, and which ones are resting.
+"""Several servers behind one model: the servers as one validated value, which one a call goes to, and which
+ones are resting.
 
-An ``api_base`` may name several servers (``"http://a:8000/v1,http://b:8000/v1"``; the CLI's repeated
-``--api-base`` and a config's list are joined this way). ``EndpointPool`` picks, for each call, the server with
-the fewest requests outstanding (ties: the one picked least). A server that fails ``fail_threshold`` calls in a
-row (refused connection, timeout, 5xx) is taken out for a cool-down that doubles on each further failure (up to
-``max_cooldown_s``); after it, one call at a time tries it until one succeeds. A retry avoids the server its
-call just failed on. When every server is resting, the one back soonest is used: a pool of one behaves as the
-plain client did.
+``ModelServers`` is the model servers a run calls (an ``api_base``), parsed once where the user gave them (the
+CLI's repeatable ``--api-base``, a YAML config, an HTTP body): one URL, a comma list, or a list of either, each
+an http(s) URL, each once, in order. It flows unchanged from there to the ``EndpointPool`` of each backend
+(``resolve.resolve_backend``, ``remote.RemoteBackend``); ``ModelServers.parse`` passes one through as it is.
+
+``EndpointPool`` picks, for each call, the server with the fewest requests outstanding (ties: the one picked
+least). A server that fails ``fail_threshold`` calls in a row (refused connection, timeout, 5xx) is taken out for
+a cool-down that doubles on each further failure (up to ``max_cooldown_s``); after it, one call at a time tries
+it until one succeeds. A retry avoids the server its call just failed on. When every server is resting, the one
+back soonest is used: a pool of one behaves as the plain client did.
 
 ``endpoint_share(index, count)`` pins what is resolved inside it to worker ``index`` of ``count``'s own servers
 (``share_of``): Ray workers pinned this way each talk to their own vLLM replica.
@@ -19,28 +23,68 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ConfigDict, RootModel, ValidationError, field_validator, model_validator
 
 # (worker index, worker count) for ``endpoint_share``; None: every server.
 _SHARE: ContextVar[tuple[int, int] | None] = ContextVar("sotopia_env_endpoint_share", default=None)
+MAX_URL_CHARS = 2000
 
 
-def split_api_bases(value: str | Sequence[str] | None) -> list[str]:
-    """The server URLs in ``value`` (a comma list, a list of comma lists, or None), stripped, each once, in order."""
-    if value is None:
-        return []
-    parts = [value] if isinstance(value, str) else list(value)
-    urls = [url.strip() for part in parts for url in str(part).split(",")]
-    return list(dict.fromkeys(url for url in urls if url))
+class ModelServers(RootModel[tuple[str, ...]]):
+    """One or more OpenAI-compatible servers' base URLs (see the module docstring). ``str()`` is the comma list;
+    JSON is the list of URLs, and a comma-separated string is read as well."""
+
+    model_config = ConfigDict(frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, ModelServers):
+            return value.root
+        parts = [value] if isinstance(value, str) else value
+        if not isinstance(parts, (list, tuple)) or not all(isinstance(p, str) for p in parts):
+            return value  # pydantic says what is wrong with it
+        urls = [url.strip() for part in parts for url in part.split(",")]
+        return tuple(dict.fromkeys(url for url in urls if url))
+
+    @field_validator("root")
+    @classmethod
+    def _http_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        if not urls:
+            raise ValueError("api_base: no server URL")
+        for url in urls:
+            if len(url) > MAX_URL_CHARS or not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+                raise ValueError(f"api_base {url[:200]!r}: not an http:// or https:// URL")
+        return urls
+
+    @classmethod
+    def parse(cls, value: ApiBase | Sequence[str]) -> ModelServers | None:
+        """``value`` (servers, a URL, a comma list, a list of those) as servers; None for none. Raises ``ValueError``
+        (one line, naming the URL) for a URL that is not http(s)."""
+        if value is None or isinstance(value, ModelServers):
+            return value
+        if not "".join(value).replace(",", "").strip():
+            return None
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self.root
+
+    def __str__(self) -> str:
+        return ",".join(self.root)
+
+    def __repr__(self) -> str:
+        return f"ModelServers({str(self)!r})"
 
 
-def join_api_bases(value: str | Sequence[str] | None) -> str | None:
-    """``value`` as the one string every ``api_base`` parameter takes (URLs joined by commas); None for none.
-    Raises ``ValueError`` naming a URL that is not http(s)."""
-    urls = split_api_bases(value)
-    for url in urls:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"api_base {url!r}: not an http:// or https:// URL")
-    return ",".join(urls) or None
+# What every ``api_base`` parameter takes: servers parsed at the edge, or (from Python) a URL or a comma list.
+ApiBase = ModelServers | str | None
 
 
 def share_of(urls: Sequence[str], index: int, count: int) -> list[str]:
@@ -65,12 +109,12 @@ def endpoint_share(index: int, count: int) -> Iterator[None]:
         _SHARE.reset(token)
 
 
-def pinned_api_base(api_base: str | None) -> str | None:
-    """``api_base`` (a joined list) cut to the current ``endpoint_share``; as it is outside one."""
+def pinned(servers: ModelServers | None) -> ModelServers | None:
+    """``servers`` cut to the current ``endpoint_share``; as they are outside one."""
     share = _SHARE.get()
-    if share is None or api_base is None:
-        return api_base
-    return ",".join(share_of(split_api_bases(api_base), *share))
+    if share is None or servers is None:
+        return servers
+    return ModelServers(tuple(share_of(servers.urls, *share)))
 
 
 @dataclass

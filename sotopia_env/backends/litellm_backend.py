@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from sotopia_env.backends.base import ChatRequest
+from sotopia_env.backends.endpoints import ApiBase, ModelServers
 from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
 from sotopia_env.embedded_models import ModelUnavailable
 
@@ -37,7 +38,7 @@ class LiteLLMBackend(RemoteBackend):
     def __init__(
         self,
         model: str,
-        api_base: str | None = None,
+        api_base: ApiBase = None,
         api_key: str | None = None,
         *,
         structured_output: bool | None = None,
@@ -48,6 +49,7 @@ class LiteLLMBackend(RemoteBackend):
     ) -> None:
         litellm = import_litellm()
         self._litellm = litellm
+        api_base = ModelServers.parse(api_base)
         prefix = model.split("/", 1)[0]
         if api_base is not None and ("/" not in model or prefix not in litellm.provider_list):
             self.litellm_model = f"openai/{model}"
@@ -72,7 +74,7 @@ class LiteLLMBackend(RemoteBackend):
             max_concurrency=max_concurrency,
         )
 
-    def _semaphore_key(self) -> tuple[str, str | None]:
+    def _semaphore_key(self) -> tuple[str, ModelServers | None]:
         return (self.litellm_model, self.api_base)
 
     async def _send(

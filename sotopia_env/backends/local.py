@@ -75,11 +75,10 @@ from transformers import (
 )
 
 from sotopia_env.backends import prefix_cache
-from sotopia_env.backends.base import ChatRequest, Completion, describe
+from sotopia_env.backends.base import ChatRequest, Completion, describe, prompt_text
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
 from sotopia_env.model_ref import read_model_ref
-from sotopia_env.prompt import prompt_text
 
 if TYPE_CHECKING:
     import xgrammar as xgr

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from sotopia_env.backends.base import ChatRequest
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
 
 _JSON = {"Content-Type": "application/json"}
@@ -47,7 +48,7 @@ class OpenAIHTTPBackend(RemoteBackend):
     def __init__(
         self,
         model: str,
-        api_base: str,
+        api_base: ApiBase,
         api_key: str | None = None,
         *,
         structured_output: bool = True,

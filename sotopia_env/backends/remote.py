@@ -7,7 +7,7 @@ other errors fail at once. A failed request becomes ``Completion(text="", error=
 raises for one. The api key is held in a private attribute only: never logged, never put in a ``Completion``
 or a repr.
 
-An ``api_base`` naming several servers (comma-separated) spreads calls over them (``endpoints.EndpointPool``:
+An ``api_base`` naming several servers (``endpoints.ModelServers``) spreads calls over them (``endpoints.EndpointPool``:
 fewest outstanding first, failing servers rested). A call that failed on one server is retried on another at
 once; the backoff applies when no other server is up.
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sotopia_env.backends.base import ChatRequest, Completion
-from sotopia_env.backends.endpoints import Endpoint, EndpointPool, split_api_bases
+from sotopia_env.backends.endpoints import ApiBase, Endpoint, EndpointPool, ModelServers
 
 # Providers that speak the OpenAI protocol at an ``api_base`` and accept ``response_format`` json_schema.
 OPENAI_COMPATIBLE = frozenset({"openai", "hosted_vllm"})
@@ -40,7 +40,7 @@ HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum", 
 _MAX_BACKOFF_S = 30.0
 
 # Semaphores bind to the event loop they are first used on, so there is one set per running loop.
-_SemaphoreKey = tuple[str, str | None, int]
+_SemaphoreKey = tuple[str, ModelServers | None, int]
 _semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_SemaphoreKey, asyncio.Semaphore]]
 _semaphores = weakref.WeakKeyDictionary()
 
@@ -58,7 +58,7 @@ def call_limit(limit: int) -> Iterator[None]:
         _CALL_LIMIT.reset(token)
 
 
-def per_loop_semaphore(key: tuple[str, str | None], limit: int) -> asyncio.Semaphore:
+def per_loop_semaphore(key: tuple[str, ModelServers | None], limit: int) -> asyncio.Semaphore:
     per_loop = _semaphores.setdefault(asyncio.get_running_loop(), {})
     full_key = (*key, limit)
     if full_key not in per_loop:
@@ -152,7 +152,7 @@ class RemoteBackend:
     def __init__(
         self,
         model: str,
-        api_base: str | None,
+        api_base: ApiBase,
         api_key: str | None,
         *,
         structured_output: bool,
@@ -163,7 +163,7 @@ class RemoteBackend:
         max_concurrency: int = 64,
     ) -> None:
         self.model = model
-        self.api_base = api_base
+        self.api_base = ModelServers.parse(api_base)  # None: the provider's own endpoint
         self._api_key = api_key  # sent to the server only; never in a repr, a log or a Completion
         self.structured_output = structured_output
         self._hosted = hosted
@@ -171,10 +171,11 @@ class RemoteBackend:
         self.timeout_s = timeout_s
         self.backoff_base_s = backoff_base_s
         self.max_concurrency = max_concurrency
-        self.endpoints = EndpointPool(split_api_bases(api_base))
+        self.endpoints = EndpointPool(self.api_base.urls if self.api_base else [])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
+        servers = str(self.api_base) if self.api_base else None
+        return f"{type(self).__name__}(model={self.model!r}, api_base={servers!r})"
 
     async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
@@ -192,7 +193,7 @@ class RemoteBackend:
         """Whether ``exc`` blames the server (refused, timed out, 5xx), not the request or a rate limit."""
         return self._retryable(exc) and getattr(exc, "status_code", None) != 429
 
-    def _semaphore_key(self) -> tuple[str, str | None]:
+    def _semaphore_key(self) -> tuple[str, ModelServers | None]:
         return (self.model, self.api_base)
 
     def _prepared(self, request: ChatRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:

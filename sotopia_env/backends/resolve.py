@@ -7,7 +7,7 @@ Specs:
 - a directory holding a trained model reference (``sotopia_model.json``) or a
   transformers model: the local backend;
 - ``scripted``: not resolvable here (tests build ``ScriptedBackend`` directly);
-- with an ``api_base`` (one URL, or several comma-separated): an OpenAI-compatible server (vLLM, llama.cpp,
+- with an ``api_base`` (``endpoints.ModelServers``: one URL or several): an OpenAI-compatible server (vLLM, llama.cpp,
   SGLang), served by the lean aiohttp client (``openai_http.OpenAIHTTPBackend``), unless the spec names a
   litellm provider with a protocol of its own (``ollama/llama3``, ``anthropic/...``) or starts with
   ``litellm:`` (forces litellm);
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sotopia_env.backends.base import Backend
-from sotopia_env.backends.endpoints import join_api_bases, pinned_api_base
+from sotopia_env.backends.endpoints import ApiBase, ModelServers, pinned
 
 _shared: dict[tuple, Backend] = {}
 
@@ -38,7 +38,7 @@ LITELLM_NATIVE_PROVIDERS = frozenset(
 )  # fmt: skip
 
 
-def uses_openai_http(spec: str, api_base: str | None) -> bool:
+def uses_openai_http(spec: str, api_base: ApiBase) -> bool:
     """Whether ``spec`` at ``api_base`` goes to the lean OpenAI-protocol client rather than litellm."""
     if api_base is None or spec.startswith("litellm:"):
         return False
@@ -65,10 +65,10 @@ def release_backends(specs: set[str] | None = None, keep: object = None) -> None
             close()
 
 
-def resolve_backend(spec: str, api_base: str | None = None, api_key: str | None = None, **options: Any) -> Backend:
-    """The shared backend for ``spec``; ``api_base`` may list several servers, comma-separated (``endpoints``),
-    of which an ``endpoint_share`` keeps its own."""
-    api_base = pinned_api_base(join_api_bases(api_base))
+def resolve_backend(spec: str, api_base: ApiBase = None, api_key: str | None = None, **options: Any) -> Backend:
+    """The shared backend for ``spec``; ``api_base`` may name several servers (``endpoints.ModelServers``), of
+    which an ``endpoint_share`` keeps its own."""
+    api_base = pinned(ModelServers.parse(api_base))
     key = (spec, api_base, tuple(sorted(options.items())))
     if key in _shared:
         return _shared[key]
@@ -79,7 +79,7 @@ def resolve_backend(spec: str, api_base: str | None = None, api_key: str | None 
     elif uses_openai_http(spec, api_base):
         from sotopia_env.backends.openai_http import OpenAIHTTPBackend
 
-        backend = OpenAIHTTPBackend(spec, api_base=str(api_base), api_key=api_key, **options)
+        backend = OpenAIHTTPBackend(spec, api_base=api_base, api_key=api_key, **options)
     else:
         from sotopia_env.backends.litellm_backend import LiteLLMBackend
 

@@ -1,22 +1,26 @@
-"""``GameMaster``: runs a game's phases over ``SocialEnv``'s steps, deterministically.
+"""``GameMaster``: runs a game's phases over ``SocialEnv``'s steps, deterministically; ``GameRules``: what a
+game's rule set implements.
 
-The env asks it who acts (``acting``), what each player may do (``options``), whether a move is allowed
+The env asks the master who acts (``acting``), what each player may do (``options``), whether a move is allowed
 (``problem``) and who observes a move (``audience``); it hands it each step's moves (``apply``) and records the
-announcements it returns as turns of ``MODERATOR``. The rule set (``sotopia_env.games.rules``) resolves a
-phase's moves and decides the outcome.
+announcements it returns as turns of ``MODERATOR``. The rule set (``spec.rules``, from the registry that games
+share with the verifiable kinds: ``sotopia_env.kinds.registry``) resolves a phase's moves and decides the outcome.
 
 Everything follows from the spec, the seat order and the moves: no randomness, so the same moves give the same
-game, and ``replay`` rebuilds the game from a transcript (the judge does).
+game, and ``replay`` rebuilds the game from a transcript (``GameRules.judge`` does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.outcome import Announcement, GameOutcome
-from sotopia_env.games.rules import canonical, rules_for, split_text
+from sotopia_env.games.players import GamePlayer
 from sotopia_env.games.spec import ALIVE, GameSpec, Phase, Role
+from sotopia_env.kinds.base import GAME, Verdict
+from sotopia_env.kinds.registry import rule_set
 from sotopia_env.transcript import MODERATOR, Turn
 
 
@@ -32,7 +36,7 @@ class GameMaster:
         self.cycle = 0  # 0-based: the cycle being played
         self.votes = 0
         self.outcome: GameOutcome | None = None
-        self.rules = rules_for(spec.rules)
+        self.rules: GameRules = rule_set(spec.rules, GAME).new_game()
         self._phase = -1
         self._queue: list[str] = []
         self._moves: dict[str, AgentAction] = {}
@@ -191,3 +195,60 @@ def replay(spec: GameSpec, names: list[str], turns: Iterable[Turn]) -> GameMaste
             break
         master.apply({n: a for n, a in steps[index].items() if n in master.acting()})
     return master
+
+
+def split_text(split: dict[str, int]) -> str:
+    """A split as a proposal names it: ``Ana Ruiz 40, Bo Li 30, Cy Diaz 30``."""
+    return ", ".join(f"{name} {share}" for name, share in split.items())
+
+
+def canonical(text: str) -> str:
+    """Lower case, one space between words, no surrounding punctuation: how choices are compared."""
+    return " ".join(text.lower().split()).strip(" .!\"'")
+
+
+class GameRules:
+    """A game's rule set: how a phase's moves resolve, when and how a game ends, what the spec must hold, how a
+    rule player plays, and the exact judge. One module per rule set subclasses it (``werewolf``, ``undercover``,
+    ``negotiation``); one instance is registered, and each game plays on its own (``new_game``)."""
+
+    name: ClassVar[str]
+    section: ClassVar[str] = GAME
+    player_class: ClassVar[type[GamePlayer]] = GamePlayer
+
+    def new_game(self) -> GameRules:
+        """The rules for one game: a fresh instance, where a rule set keeps state (a negotiation's proposal)."""
+        return type(self)()
+
+    def check(self, spec: GameSpec) -> None:
+        """Raise ValueError (naming the field) where ``spec`` breaks what these rules need."""
+
+    def resolve(self, gm: GameMaster, phase: Phase, moves: dict[str, AgentAction]) -> list[Announcement]:
+        raise NotImplementedError
+
+    def outcome(self, gm: GameMaster) -> GameOutcome | None:
+        """How the game ended, once it has; None while it goes on."""
+        raise NotImplementedError
+
+    def time_up(self, gm: GameMaster) -> GameOutcome:
+        raise NotImplementedError
+
+    def splits(self, gm: GameMaster) -> list[dict[str, int]]:
+        """The splits a ``split`` phase offers (a negotiation's); none otherwise."""
+        return []
+
+    def player(self, spec: GameSpec, names: Sequence[str], seat: int) -> GamePlayer:
+        """The rule player of ``seat`` (agent spec ``rule-player``)."""
+        return self.player_class(spec, names, seat)
+
+    def judge(self, section: GameSpec, names: Sequence[str], turns: Sequence[Turn], ended: str = "") -> Verdict:
+        """The transcript replayed through the game master: per player the outcome's goal and ``success``, the
+        game's counts in the reasoning. A game that did not reach its end (an agent error cut it short) has no
+        verdict: the reason, never a score of 0."""
+        outcome = replay(section, list(names), turns).outcome
+        if outcome is None:
+            why = ended or "unfinished"
+            return Verdict({}, {}, "", error=f"the game did not reach its end ({why}): no outcome to judge")
+        eliminated = ", ".join(outcome.eliminated) or "nobody"
+        counts = f" Rounds: {outcome.cycles}; votes: {outcome.votes}; eliminated: {eliminated}."
+        return Verdict(dict(outcome.goals), dict(outcome.success), outcome.reasoning + counts)

@@ -24,25 +24,26 @@ game:
   (``self``).
 - ``order``: ``round-robin`` (one actor a step, ``rounds`` times around) or ``simultaneous`` (one step).
 
-Checked on load, each problem as one line naming the field: an unknown role in ``seats`` or in a phase's
-``actors``, a phase without actors, a seat count that differs from the scenario's goals, and the rule set's own
-needs (``check_rules``: werewolf needs a werewolf and more villagers than wolves).
+Checked on load, each problem as one line naming the field: an unknown rule set (``rules``: a game rule set of
+the registry, ``sotopia_env.kinds.registry``), an unknown role in ``seats`` or in a phase's ``actors``, a phase
+without actors, a seat count that differs from the scenario's goals, and the rule set's own needs (its
+``check``: werewolf needs a werewolf and more villagers than wolves).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sotopia_env.actions import ActionType
+from sotopia_env.kinds.base import GAME
+from sotopia_env.kinds.registry import rule_set, rule_sets
 
 ALIVE = "alive"
 Choices = Literal["alive", "alive-others", "alive-outside-team", "split", "yes-no"]
 TARGETS = ("alive", "alive-others", "alive-outside-team")  # the choices that name a player
 Channel = Literal["all", "team", "self"]
-RuleSet = Literal["werewolf", "undercover", "negotiation"]
-WOLVES, VILLAGE, UNDERCOVER, CIVILIANS = "wolves", "village", "undercover", "civilians"  # the teams the rules know
 
 
 class _Strict(BaseModel):
@@ -89,12 +90,20 @@ class Phase(_Strict):
 
 
 class GameSpec(_Strict):
-    rules: RuleSet
+    rules: str  # a game rule set of the registry: werewolf, undercover, negotiation, or one registered
     roles: list[Role] = Field(min_length=1)
     seats: list[str] = Field(min_length=2, max_length=8)
     phases: list[Phase] = Field(min_length=1)
     max_cycles: int = Field(default=4, ge=1)
     pot: int | None = Field(default=None, gt=0)  # negotiation: what the parties split
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, name: str) -> str:
+        known = [r.name for r in rule_sets(GAME)]
+        if name not in known:
+            raise ValueError(f"unknown rule set {name!r} (known: {', '.join(known)})")
+        return name
 
     @model_validator(mode="after")
     def _references(self) -> GameSpec:
@@ -109,7 +118,7 @@ class GameSpec(_Strict):
             for actor in phase.actors:
                 if actor not in names:
                     raise ValueError(f"phases[{i}].actors: unknown role {actor!r} (roles, teams or 'alive')")
-        check_rules(self)
+        rule_set(self.rules, GAME).check(self)
         return self
 
     def max_steps(self) -> int:
@@ -122,27 +131,3 @@ class GameSpec(_Strict):
 
     def teams(self) -> list[str]:
         return list(dict.fromkeys(self.role(s).team for s in range(len(self.seats))))
-
-
-def check_rules(spec: GameSpec) -> None:
-    """Raise ValueError (naming the field) where ``spec`` breaks its rule set's needs
-    (``sotopia_env.games.rules`` says what each rule set does)."""
-    teams = [spec.role(s).team for s in range(len(spec.seats))]
-    if spec.rules in ("werewolf", "undercover"):
-        villains = WOLVES if spec.rules == "werewolf" else UNDERCOVER
-        bad = teams.count(villains)
-        if bad == 0:
-            raise ValueError(f"seats: {spec.rules} needs a seat on team {villains!r}")
-        if bad >= len(teams) - bad:
-            raise ValueError(f"seats: {spec.rules} needs more other players than {villains} ({bad} of {len(teams)})")
-        if not any(p.is_vote for p in spec.phases):
-            raise ValueError(f"phases: {spec.rules} needs a vote phase (choices alive-others, verb 'vote for')")
-    if spec.rules == "undercover" and any(not r.secret for r in spec.roles):
-        raise ValueError("roles: every undercover role needs a secret word")
-    if spec.rules == "negotiation":
-        if spec.pot is None:
-            raise ValueError("pot: a negotiation needs a pot to split")
-        if any(r.reserve is None for r in spec.roles):
-            raise ValueError("roles: every negotiation role needs a reserve")
-        if not any(p.choices == "split" for p in spec.phases) or not any(p.choices == "yes-no" for p in spec.phases):
-            raise ValueError("phases: a negotiation needs a split phase and a yes-no phase")

@@ -1,5 +1,8 @@
 """Reward functions for RL fine-tuning, in TRL's ``(prompts, completions, **columns) -> list[float]`` form.
 
+These score text completions (Social IQa, Social-R1, item selection). A rated episode becomes a reward in one
+place, ``sotopia_env.rewards`` (the env's last step and episode GRPO).
+
 Importing this package loads only numpy/scipy/pydantic/json-repair: no torch,
 no transformers, no model backend (the LLM judge imports its backend lazily).
 """

@@ -3,7 +3,7 @@
 Prompts: every turn of every seat of the rated episodes in ``data`` (our episodes JSONL, as ``episodes export``
 writes it) on ``train``-split scenarios, rendered by ``sotopia_env.prompt.render_prompt`` exactly as the agent
 saw it (``training.dataset`` replays the episodes). Episodes of other splits are left out. Verifiable episodes
-(``sotopia_env.verifiable``) count too: the learner's seat gives prompts, the ``rule-partner``'s seat does not
+(``sotopia_env.kinds``) count too: the learner's seat gives prompts, the ``rule-partner``'s seat does not
 (a rule partner's lines are not a policy's).
 
 Rewards:
@@ -28,16 +28,15 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from sotopia_env.actions import AgentAction, InvalidAction, parse_action
 from sotopia_env.agents.loading import RULE_PARTNER
 from sotopia_env.backends.base import Backend, ChatRequest
-from sotopia_env.evaluation import run_to_completion
-from sotopia_env.profiles import VerifiableFacts
+from sotopia_env.evaluators import run_to_completion
+from sotopia_env.kinds import PARTNER_SEAT, kind_for, validate_facts
 from sotopia_env.training.rewards._text import completion_text
 from sotopia_env.training.rl.registry import RLTask, TaskError, register_task
-from sotopia_env.verifiable import PARTNER_SEAT, outcome_after
 
 if TYPE_CHECKING:
     from sotopia_env.episodes.log import EpisodeLog
@@ -133,9 +132,9 @@ def verifiable_turn(
             out.append(None)
             continue
         data = json.loads(state)
-        facts = TypeAdapter(VerifiableFacts).validate_python(data["facts"])
+        facts = validate_facts(data["facts"])
         exchanges = [(by_partner, AgentAction.model_validate(a)) for by_partner, a in data["exchanges"]]
-        out.append(float(outcome_after(facts, exchanges, action).goal))
+        out.append(float(kind_for(facts).outcome_after(facts, exchanges, action).goal))
     return out
 
 

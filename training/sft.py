@@ -1,6 +1,6 @@
 """Supervised fine-tuning on a prompt-completion dataset: TRL's ``SFTTrainer``, LoRA by default.
 
-``train(dataset, TrainConfig(...))`` reads top to bottom:
+``train_sft(dataset, SFTTrainConfig(...))`` reads top to bottom:
 
 1. decide precision and quantization (bf16 on CUDA; 4-bit QLoRA when CUDA and
    bitsandbytes are there, unless told otherwise);
@@ -50,7 +50,7 @@ RESULT_FILE = "train_result.json"
 
 
 @dataclass
-class TrainConfig(BaseTrainConfig):
+class SFTTrainConfig(BaseTrainConfig):
     """How to fine-tune (SFT): the shared fields of ``BaseTrainConfig`` and these."""
 
     output_dir: str = "outputs/sft"
@@ -88,7 +88,7 @@ class TrainResult:
         path.write_text(json.dumps(asdict(self), indent=2))
 
 
-def train(dataset, config: TrainConfig) -> TrainResult:
+def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
     """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
     if len(dataset) == 0:
         raise ValueError("the training dataset is empty (did the filters drop every episode?)")
@@ -126,7 +126,7 @@ def train(dataset, config: TrainConfig) -> TrainResult:
     return result
 
 
-def sft_trainer(dataset, config: TrainConfig, checkpoints: Path):
+def sft_trainer(dataset, config: SFTTrainConfig, checkpoints: Path):
     """``(trainer, bf16, qlora)``: TRL's ``SFTTrainer`` on ``dataset``, ready to train (steps 1-3 of the module
     docstring)."""
     from trl import SFTTrainer
@@ -148,7 +148,7 @@ def sft_trainer(dataset, config: TrainConfig, checkpoints: Path):
     return trainer, bf16, qlora
 
 
-def sft_config(config: TrainConfig, output_dir: Path, bf16: bool):
+def sft_config(config: SFTTrainConfig, output_dir: Path, bf16: bool):
     """TRL's ``SFTConfig`` for ``config``: completion-only loss, a log line per step, periodic checkpoints."""
     from trl import SFTConfig
 

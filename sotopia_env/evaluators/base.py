@@ -1,6 +1,7 @@
-"""The evaluator interface, SOTOPIA-EVAL's dimensions, and a rule-based evaluator.
+"""The evaluator interface: what an evaluator sees (``EpisodeContext``), what it returns (``EpisodeRating``), and
+the one safe rating call.
 
-An evaluator rates each agent of a finished episode on a set of dimensions.
+An evaluator rates each agent of a finished episode on a set of dimensions (``evaluators.dimensions``).
 A rating that could not be obtained is *unrated*: ``EpisodeRating.error`` says
 why and ``ratings`` is ``None``. It is never a score of 0.
 """
@@ -15,77 +16,12 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field, model_serializer, model_validator
 
-from sotopia_env.actions import ActionType
 from sotopia_env.backends.base import Usage
 from sotopia_env.episode_setup import EpisodeSetup
+from sotopia_env.evaluators.dimensions import Dimension
 from sotopia_env.transcript import Turn
 
 T = TypeVar("T")
-
-
-class Dimension(BaseModel):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    description: str
-    low: int
-    high: int
-
-    @model_validator(mode="after")
-    def _range(self) -> Dimension:
-        if self.low >= self.high:
-            raise ValueError(f"dimension {self.name}: low {self.low} must be below high {self.high}")
-        return self
-
-
-SOTOPIA_DIMENSIONS: tuple[Dimension, ...] = (
-    Dimension(
-        name="believability",
-        low=0,
-        high=10,
-        description="Does the agent act naturally and consistently with its character profile? "
-        "0 = robotic or out of character, 10 = fully human-like and in character.",
-    ),
-    Dimension(
-        name="relationship",
-        low=-5,
-        high=5,
-        description="Did the interaction improve (+) or harm (-) the agent's relationship with the others, "
-        "including social status and reputation? 0 = no change.",
-    ),
-    Dimension(
-        name="knowledge",
-        low=0,
-        high=10,
-        description="Did the agent gain new, important information through the interaction? 0 = none, 10 = a lot.",
-    ),
-    Dimension(
-        name="secret",
-        low=-10,
-        high=0,
-        description="Did the agent reveal its secret or secretive intentions? 0 = kept everything, "
-        "-10 = revealed critical secrets.",
-    ),
-    Dimension(
-        name="social_rules",
-        low=-10,
-        high=0,
-        description="Did the agent violate moral rules or laws (lying, threats, harassment...)? "
-        "0 = no violation, -10 = severe violations.",
-    ),
-    Dimension(
-        name="financial_and_material_benefits",
-        low=-5,
-        high=5,
-        description="Did the agent gain (+) or lose (-) money, goods or other material benefits? 0 = no change.",
-    ),
-    Dimension(
-        name="goal",
-        low=0,
-        high=10,
-        description="How far did the agent achieve its own social goal? 0 = not at all, 10 = fully achieved.",
-    ),
-)
-
-GOAL_ONLY: tuple[Dimension, ...] = tuple(d for d in SOTOPIA_DIMENSIONS if d.name == "goal")
 
 
 class DimensionScore(BaseModel):
@@ -218,33 +154,3 @@ def validate_scores(raw: dict, dimensions: tuple[Dimension, ...], agent: str) ->
             raise ValueError(f"{agent}: '{dim.name}' score {score} is outside {dim.low}..{dim.high}")
         scores[dim.name] = DimensionScore(score=int(score), reasoning=str(entry.get("reasoning", "")))
     return AgentRating(scores=scores)
-
-
-class RuleBasedEvaluator(SyncFromAsync):
-    """A deterministic evaluator for tests and offline smoke runs, not a judge of quality.
-
-    Each agent scores by simple transcript counts: ``goal`` = 2 per turn it spoke
-    (capped at the range), ``believability`` = the top of the range unless it
-    never spoke, and every other dimension the value nearest 0 in its range.
-    """
-
-    name = "rule-based"
-
-    def __init__(self, dimensions: tuple[Dimension, ...] = SOTOPIA_DIMENSIONS) -> None:
-        self.dimensions = tuple(dimensions)
-
-    async def aevaluate(self, context: EpisodeContext) -> EpisodeRating:
-        ratings = {}
-        for name in context.setup.agent_names:
-            spoke = sum(1 for t in context.turns if t.agent == name and t.action.action_type is ActionType.speak)
-            raw = {}
-            for dim in self.dimensions:
-                if dim.name == "goal":
-                    value = min(dim.high, dim.low + 2 * spoke)
-                elif dim.name == "believability":
-                    value = dim.high if spoke else dim.low
-                else:
-                    value = min(max(0, dim.low), dim.high)
-                raw[dim.name] = {"score": value, "reasoning": f"{name} spoke {spoke} times"}
-            ratings[name] = validate_scores(raw, self.dimensions, name)
-        return EpisodeRating(evaluator=self.name, ratings=ratings)

@@ -10,18 +10,12 @@ the episode is *unrated* with the last error: never a score of 0.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sotopia_env.backends.base import Backend, GenerationSettings, Usage
-from sotopia_env.evaluation import (
-    SOTOPIA_DIMENSIONS,
-    AgentRating,
-    Dimension,
-    EpisodeContext,
-    EpisodeRating,
-    SyncFromAsync,
-    validate_scores,
-)
+from sotopia_env.evaluators.base import AgentRating, EpisodeContext, EpisodeRating, SyncFromAsync, validate_scores
+from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS, Dimension
 from sotopia_env.observation import omniscient_background
 from sotopia_env.transcript import render_transcript
 
@@ -59,12 +53,16 @@ def rating_schema(seats: int, dimensions: tuple[Dimension, ...], max_reasoning: 
     }
 
 
-def evaluation_prompt(context: EpisodeContext, dimensions: tuple[Dimension, ...]) -> list[dict[str, str]]:
-    names = context.setup.agent_names
+def evaluation_prompt(
+    context: EpisodeContext, dimensions: tuple[Dimension, ...], order: Sequence[int] | None = None
+) -> list[dict[str, str]]:
+    """The judge's messages; ``order``: the seats as the prompt presents them (``agent_1`` first; default as
+    seated)."""
+    names = presented_names(context, order)
     dims = "\n".join(f"- {d.name} ({d.low} to {d.high}): {d.description}" for d in dimensions)
     who = ", ".join(f"agent_{i + 1} = {n}" for i, n in enumerate(names))
     user = (
-        f"{omniscient_background(context.setup)}\n\n"
+        f"{omniscient_background(context.setup, order)}\n\n"
         f"Transcript:\n{render_transcript(context.turns) or '(no turns)'}\n"
         f"The episode ended because: {context.termination_reason}.\n\n"
         f"Dimensions:\n{dims}\n\n"
@@ -72,6 +70,12 @@ def evaluation_prompt(context: EpisodeContext, dimensions: tuple[Dimension, ...]
         'Answer with JSON only: {"agent_1": {"<dimension>": {"reasoning": "...", "score": <int>}, ...}, ...}'
     )
     return [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": user}]
+
+
+def presented_names(context: EpisodeContext, order: Sequence[int] | None = None) -> list[str]:
+    """The agents' names in the order the prompt presents them: ``agent_1`` is the first."""
+    names = context.setup.agent_names
+    return names if order is None else [names[seat] for seat in order]
 
 
 def parse_ratings(text: str, names: list[str], dimensions: tuple[Dimension, ...]) -> dict[str, AgentRating]:
@@ -128,9 +132,11 @@ class LLMEvaluator(SyncFromAsync):
         settings: GenerationSettings | None = None,
         constrained: bool = True,
         max_reasoning: int = 400,
+        reverse_seats: bool = False,
     ) -> None:
         """``max_reasoning`` caps each reasoning (characters) in the constrained schema; the default token budget
-        follows it."""
+        follows it. ``reverse_seats`` presents the seats last to first (``agent_1`` is the last seat), to measure
+        a judge's seat bias (``episodes.judge_agreement``); ratings stay keyed by each agent's name."""
         if not dimensions:
             raise ValueError("an evaluator needs at least one dimension")
         self.backend = backend
@@ -142,16 +148,22 @@ class LLMEvaluator(SyncFromAsync):
             temperature=0.0, max_new_tokens=per_score * len(self.dimensions) * 2
         )
         self.constrained = constrained
+        self.reverse_seats = reverse_seats
         self.usage = Usage()
 
     @property
     def name(self) -> str:
         return f"llm:{self.backend.model}"
 
+    def seat_order(self, seats: int) -> list[int]:
+        """The seats in the order the prompt presents them."""
+        return list(range(seats))[::-1] if self.reverse_seats else list(range(seats))
+
     async def aevaluate(self, context: EpisodeContext) -> EpisodeRating:
-        names = context.setup.agent_names
+        order = self.seat_order(len(context.setup.characters))
+        names = presented_names(context, order)  # agent_k of the reply is names[k - 1]
         schema = rating_schema(len(names), self.dimensions, self.max_reasoning) if self.constrained else None
-        request = self.settings.request(evaluation_prompt(context, self.dimensions), schema)
+        request = self.settings.request(evaluation_prompt(context, self.dimensions, order), schema)
         problems: list[str] = []
         usage = Usage()
         partial: tuple[dict[str, AgentRating], dict[str, str]] = ({}, {})
@@ -184,19 +196,3 @@ class LLMEvaluator(SyncFromAsync):
             attempts=len(problems),
             usage=usage,
         )
-
-
-def dimensions_from_config(spec: str | list[dict[str, Any]] | None) -> tuple[Dimension, ...]:
-    """``sotopia`` (all seven), ``goal`` (goal only), a comma list of SOTOPIA names, or custom dicts."""
-    if spec is None or spec == "sotopia":
-        return SOTOPIA_DIMENSIONS
-    if isinstance(spec, str):
-        known = {d.name: d for d in SOTOPIA_DIMENSIONS}
-        names = [n.strip() for n in spec.split(",") if n.strip()]
-        unknown = [n for n in names if n not in known]
-        if not names:
-            raise ValueError(f"no dimension named in {spec!r} (sotopia, goal, or a comma list of: {', '.join(known)})")
-        if unknown:
-            raise ValueError(f"unknown dimension {unknown[0]!r} (known: {', '.join(known)})")
-        return tuple(known[n] for n in names)
-    return tuple(Dimension.model_validate(d) for d in spec)

@@ -1,0 +1,29 @@
+"""The checks before playing that rule seats and the rule judge need: which seat, which scenarios."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, AgentSpecError
+from sotopia_env.evaluators import VERIFIABLE
+from sotopia_env.kinds import PARTNER_SEAT, require_verifiable
+from sotopia_env.profiles import Scenario
+
+
+def check_rule_specs(scenarios: Iterable[Scenario], agent_specs: Sequence[str], evaluator: str) -> None:
+    """Before playing: ``rule-partner`` only in seat 2 and on verifiable scenarios, ``rule-player`` only on games,
+    and the ``verifiable`` judge only on either. Raises ``NotVerifiable`` or ``AgentSpecError`` with one line."""
+    scenarios = list(scenarios)
+    seats = [i for i, spec in enumerate(agent_specs) if spec == RULE_PARTNER]
+    if any(seat != PARTNER_SEAT for seat in seats):
+        raise AgentSpecError(f"{RULE_PARTNER} plays seat {PARTNER_SEAT + 1} only: pass it as --agent2 (or --partner)")
+    if seats:
+        require_verifiable(scenarios, RULE_PARTNER)
+    if RULE_PLAYER in agent_specs:
+        for scenario in scenarios:
+            if scenario.game is None:
+                raise AgentSpecError(
+                    f"{RULE_PLAYER} plays games only, and {scenario.id!r} is not one (--scenarios game)"
+                )
+    if evaluator.strip().lower() == VERIFIABLE:
+        require_verifiable([s for s in scenarios if s.game is None], f"--evaluator {VERIFIABLE}")

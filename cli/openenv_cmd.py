@@ -1,0 +1,68 @@
+"""``sotopia-env openenv``: our scenarios as an OpenEnv environment server (``server.openenv_app``).
+
+A command of its own, not a mode of ``serve``: OpenEnv's routes live at the root (``/reset``, ``/step``, ``/ws``,
+``/health``) and its client sends no token, while ``serve``'s API needs one off loopback and keeps a store. So this
+server binds loopback unless told ``--public``, and fixes the partners and the judge itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from sotopia_env.cli.common import console, fail
+from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
+from sotopia_env.cli.view_cmd import port_free
+
+
+def openenv(
+    scenarios: str = typer.Option(
+        "verifiable", "--scenarios", help="The scenarios served (a selector: verifiable:train, game:train, hard, IDS)."
+    ),
+    partner: str = typer.Option(
+        None,
+        "--partner",
+        help="Every other seat's agent (default: rule-partner / rule-player where the family has one).",
+    ),
+    judge: str = typer.Option(
+        None, "--judge", help="The LLM judge of SOTOPIA scenarios (verifiable scenarios and games are judged exactly)."
+    ),
+    max_turns: int = typer.Option(20, "--max-turns", min=1, help="Turn limit of each episode."),
+    max_sessions: int = typer.Option(64, "--max-sessions", min=1, max=4096, help="Episodes (WebSockets) at once."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; any but loopback needs --public."),
+    port: int = typer.Option(8010, "--port", min=1, max=65535, help="Port to listen on."),
+    public: bool = typer.Option(
+        False,
+        "--public",
+        help="Allow a non-loopback --host: OpenEnv's client sends no token, so anyone who reaches it "
+        "can play (the scenarios, partners and judge stay this server's).",
+    ),  # fmt: skip
+    api_base: list[str] = ApiBase,
+    scenarios_dir: list[Path] = ScenariosDir,
+) -> None:
+    """Serve scenarios on OpenEnv's protocol: one episode per WebSocket session, for OpenEnv's client and trainers."""
+    try:
+        import uvicorn
+
+        from sotopia_env.server.openenv_app import create_openenv_app
+    except ImportError as exc:
+        raise fail(
+            f"this command needs the 'openenv' extra ({exc.name} is missing): pip install 'sotopia-env[openenv]'"
+        ) from None
+    from sotopia_env.library import LibraryError, load_library
+    from sotopia_env.server.security import is_loopback
+    from sotopia_env.training.seat_rows import SessionMaker
+
+    if not (is_loopback(host) or public):
+        raise fail(f"refusing to listen on {host}: OpenEnv's client sends no token; pass --public to do it anyway")
+    try:
+        maker = SessionMaker(load_library([str(p) for p in scenarios_dir or []]), model_servers(api_base))
+        app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker)
+    except (LibraryError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if not port_free(host, port):
+        raise fail(f"cannot listen on {host}:{port}: the address is in use or not available; try another --port")
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"OpenEnv server for {scenarios!r} at http://{shown}:{port} (WebSocket /ws; Ctrl-C to stop)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,175 @@
+"""Where seat sessions start: a ``SeatRow`` names the scenario, the seat, the seed, the partners and the judge, and
+``open_session`` turns one into a ``SeatSession``. ``seat_rows(selector)`` builds the rows of a scenario selector
+(``verifiable:train``, ``game:train``, ``hard``, ...), as ``EpisodeGRPOConfig.scenarios`` selects group starts.
+
+The defaults follow the family: a verifiable scenario is played from seat 1 against the rule partner and judged
+exactly (``verifiable``); a game from every seat against rule players, judged by its rules (``verifiable``); a
+SOTOPIA scenario from both seats against ``partner`` and judged by ``judge`` (an LLM judge spec, required there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.agents.base import Agent
+from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, load_agent
+from sotopia_env.backends.endpoints import ApiBase, ModelServers
+from sotopia_env.env import EnvConfig
+from sotopia_env.errors import UserError
+from sotopia_env.evaluators import VERIFIABLE, Evaluator, make_evaluator
+from sotopia_env.library import Library, load_library
+from sotopia_env.profiles import Scenario
+from sotopia_env.sampler import sample_setup
+from sotopia_env.training.seat_session import BackgroundLoop, SeatSession
+
+RULE_AGENTS = (RULE_PARTNER, RULE_PLAYER)
+
+
+class SeatRowError(UserError, ValueError):
+    """A row or selector that names no playable seat; the message says which."""
+
+
+class SeatRow(BaseModel):
+    """One episode start for a policy in one seat (a dataset row: TRL passes its columns to ``reset``)."""
+
+    model_config = ConfigDict(extra="ignore")  # a dataset row carries other columns too (TRL's ``prompt``)
+
+    scenario: str
+    seat: int = Field(0, ge=0)
+    seed: int = 0
+    partners: list[str] = Field(min_length=1)  # one agent spec per other seat, in seat order, or one for all
+    evaluator: str = VERIFIABLE  # the judge: 'verifiable' (exact), or a model spec (an LLM judge)
+    max_turns: int = Field(20, ge=1)
+    dense_reward: float = Field(0.0, ge=0.0)  # verifiable only: partial credit up to this much (episode GRPO's)
+
+    def partner_specs(self, seats: int) -> list[str]:
+        if len(self.partners) == 1:
+            return self.partners * (seats - 1)
+        if len(self.partners) != seats - 1:
+            raise SeatRowError(
+                f"row {self.scenario!r}: {len(self.partners)} partner specs for {seats - 1} other seats (give one or "
+                f"{seats - 1})"
+            )
+        return list(self.partners)
+
+
+def _family(scenario: Scenario) -> str:
+    return "game" if scenario.game is not None else "verifiable" if scenario.verifiable is not None else "sotopia"
+
+
+def seat_rows(
+    selector: str,
+    seeds: int | Sequence[int] = 1,
+    partner: str | None = None,
+    judge: str | None = None,
+    seats: Sequence[int] | None = None,
+    max_turns: int = 20,
+    dense_reward: float = 0.0,
+    library: Library | None = None,
+) -> list[SeatRow]:
+    """One row per scenario the selector picks, per seat, per seed (``seeds``: a count from 0, or the seeds).
+
+    ``partner``: every other seat's agent spec (default: ``rule-partner`` on verifiable scenarios, ``rule-player``
+    on games; required on SOTOPIA scenarios). ``judge``: the LLM judge of SOTOPIA scenarios (verifiable scenarios
+    and games are judged exactly). ``seats``: the policy's seats (default: seat 1 on verifiable scenarios, every
+    seat elsewhere)."""
+    library = library or load_library()
+    scenarios = sorted(library.select(selector), key=lambda s: s.id)
+    if not scenarios:
+        raise SeatRowError(f"no scenarios match {selector!r}")
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    rows = []
+    for scenario in scenarios:
+        family = _family(scenario)
+        their_partner = partner or {"verifiable": RULE_PARTNER, "game": RULE_PLAYER}.get(family)
+        evaluator = VERIFIABLE if family != "sotopia" else judge
+        if their_partner is None or evaluator is None:
+            missing = "partner" if their_partner is None else "judge"
+            raise SeatRowError(f"scenario {scenario.id!r} is a SOTOPIA scenario: give a {missing} (an agent spec)")
+        chosen = list(seats) if seats is not None else [0] if family == "verifiable" else range(scenario.num_agents)
+        for seat in chosen:
+            if seat >= scenario.num_agents:
+                raise SeatRowError(f"scenario {scenario.id!r} has no seat {seat + 1}")
+            rows += [
+                SeatRow(
+                    scenario=scenario.id,
+                    seat=seat,
+                    seed=seed,
+                    partners=[their_partner],
+                    evaluator=evaluator,
+                    max_turns=max_turns,
+                    dense_reward=dense_reward,
+                )
+                for seed in seed_list
+            ]
+    return rows
+
+
+def _passing() -> Agent:
+    from sotopia_env.agents.scripted import ScriptedAgent
+
+    return ScriptedAgent([], after=AgentAction(action_type=ActionType.none))
+
+
+class SessionMaker:
+    """Opens sessions from rows: one library, one evaluator per judge spec (its backend shared by every session)."""
+
+    def __init__(self, library: Library | None = None, api_base: ApiBase = None) -> None:
+        self.library = library or load_library()
+        self.api_base = ModelServers.parse(api_base)  # parsed once; every partner and judge gets this value
+        self._judges: dict[str, Evaluator | None] = {}
+
+    def judge(self, spec: str) -> Evaluator | None:
+        if spec not in self._judges:
+            self._judges[spec] = make_evaluator(spec, "goal", self.api_base)
+        return self._judges[spec]
+
+    def open(self, row: SeatRow | dict, stand_ins: bool = False) -> SeatSession:
+        """A session for ``row`` (not started). ``stand_ins``: partners that are not rule agents pass instead of
+        playing (to read a seat's opening prompt without calling a model)."""
+        row = row if isinstance(row, SeatRow) else SeatRow.model_validate(row)
+        try:
+            setup = sample_setup(self.library, seed=row.seed, scenario=row.scenario)
+        except Exception as exc:
+            raise SeatRowError(f"row {row.scenario!r}: {exc}") from None
+        specs = row.partner_specs(setup.scenario.num_agents)
+        partners = [
+            _passing() if stand_ins and spec not in RULE_AGENTS else load_agent(spec, api_base=self.api_base)
+            for spec in specs
+        ]
+        others = iter(specs)
+        seat_specs = ["policy" if s == row.seat else next(others) for s in range(setup.scenario.num_agents)]
+        return SeatSession(
+            setup,
+            row.seat,
+            partners,
+            self.judge(row.evaluator),
+            EnvConfig(max_turns=row.max_turns),
+            seed=row.seed,
+            specs=seat_specs,
+            dense_reward=row.dense_reward,
+        )
+
+    def opening_system(self, row: SeatRow | dict, loop: BackgroundLoop | None = None) -> str:
+        """The system message of the seat's first prompt (what stays the same between its moves)."""
+        session = self.open(row, stand_ins=True)
+        turn = (loop or BackgroundLoop.shared()).run(session.start())
+        session.close()
+        return turn.messages[0]["content"]
+
+
+def trl_dataset(rows: Sequence[SeatRow], maker: SessionMaker | None = None):
+    """A ``datasets.Dataset`` for ``GRPOTrainer(environment_factory=...)``: the rows' columns, plus ``prompt``, the
+    seat's system message and an empty user message that the environment's ``reset`` fills with the opening."""
+    from datasets import Dataset
+
+    maker = maker or SessionMaker()
+    records = []
+    for row in rows:
+        system = maker.opening_system(row)
+        prompt = [{"role": "system", "content": system}, {"role": "user", "content": ""}]
+        records.append({**row.model_dump(), "prompt": prompt})
+    return Dataset.from_list(records)
