@@ -161,22 +161,22 @@ def run_child(stage: str, work: Path, rl_steps: int) -> dict[str, Any]:
         phases.report["what"] = f"{train['steps']} steps" if train else f"{sum(result['episodes'].values())} episodes"
     elif stage == "grpo":
         from sotopia_env.training.config import load_rl_config
-        from sotopia_env.training.rl_stage import train_rl
+        from sotopia_env.training.trainers import trainer_of
 
         config = load_rl_config(TEXT_GRPO_YAML)
         config = dataclasses.replace(config, output_dir=str(work / "grpo"), max_steps=rl_steps, progress=False)
-        result = train_rl(config)
+        result = trainer_of(config).train(config)
         phases.report["what"] = f"{result.steps} steps"
     elif stage == "episode-grpo":
         from sotopia_env.training.config import load_rl_config
-        from sotopia_env.training.rl_stage import train_rl
+        from sotopia_env.training.trainers import trainer_of
 
         hook_episode_grpo(phases)
         config = load_rl_config(EPISODE_GRPO_YAML)
         config = dataclasses.replace(
             config, output_dir=str(work / "episode-grpo"), max_steps=rl_steps, dense_reward=2.0, progress=False
         )
-        result = train_rl(config)
+        result = trainer_of(config).train(config)
         phases.report["steps"] = [row["peak_rss_mb"] for row in result.log]
         trained = sum(row["trained_sequences"] for row in result.log)
         phases.report["what"] = f"{result.steps} steps, {trained} sequences trained"
