@@ -1,49 +1,117 @@
-"""Episode RL: does GRPO on whole episodes make SmolLM2-135M better at the verifiable scenarios than its BC start?
+"""Episode RL under a protocol a reviewer can check: does GRPO on whole episodes make SmolLM2-135M better at the
+verifiable scenarios than its BC (and SR) start, beyond what a control that carries no signal does?
 
-    python benchmarks/episode_rl.py --keep RUN [--rows base,bc,sr,grpo,grpo-lr0,grpo-dense] [--steps 8] [--k 4]
+    python benchmarks/episode_rl.py --keep RUN --split dev --seeds 0,1,2 --rows bc,bc@0.3,grpo,grpo-shuffled
+    python benchmarks/episode_rl.py --keep RUN --split test --final --seeds 0,1,2 --rows ...   # once, at the end
 
-Rows (each trained into ``RUN/<row>`` and evaluated into ``RUN/evals/<row>.json``; a rerun reuses what is there,
-episode by episode, so a run cut short resumes where it stopped, and a larger ``--k`` only plays the new seeds):
+**The protocol.** Every choice (steps, learning rate, beta, the best BC temperature) is made on ``--split dev``
+(``verifiable:dev``, 12 instances); ``--split test`` (``verifiable:test``, 36 instances) is run once, with
+``--final``, for the rows chosen, and the run folder records the settings it ran under: a second test run with other
+settings is refused. Every trained row is trained once per seed in ``--seeds`` (the BC of seed S starts every row of
+seed S); the evaluation's own seeds (``--eval-seed``) are the same for every row, so rows are paired by training
+seed, instance and evaluation seed. Intervals are a paired, hierarchical bootstrap: training seeds and instances
+resampled (crossed), 4,000 resamples, over per-(seed, instance) mean differences.
 
-- ``base``: the embedded SmolLM2-135M-Instruct.
+Rows (trained into ``RUN/train/<row>/seed<S>``, evaluated into ``RUN/evals/<split>/<row>/seed<S>.json``; a rerun
+reuses what is there, episode by episode):
+
+- ``base``: the embedded SmolLM2-135M-Instruct (untrained: one evaluation, no seed).
 - ``bc``: ``VerifiableExpert`` plays every ``verifiable:train`` instance against ``rule-partner``; its turns in the
-  episodes it won become SFT examples (the prompts ``LLMAgent`` sends), and a LoRA is trained on them.
-- ``sr``: BC + one SR round, the SOTOPIA-pi recipe: the BC policy plays every train instance ``--sr-samples``
-  times (sampled at ``--temperature``) against the rule partner; the episodes are filtered as the SR stage
-  filters them (the best episode per scenario, goal at least 1) and the BC adapter is trained further on them.
-- ``grpo``: episode GRPO (``training.episode_grpo``, its defaults: 4 groups of 4 episodes a step, kinds mixed,
-  dynamic sampling, batch-scaled advantages) for ``--steps`` steps, continuing the BC adapter.
-- ``grpo-lr0``: the same with learning rate 0: it plays and scores like ``grpo`` and changes no weight (the
-  control: its interval must cover 0).
+  episodes it won become SFT examples (the prompts ``LLMAgent`` sends); a LoRA is trained on them (seed S;
+  micro-batches of 2, 4 accumulated: the effective batch of 8 at a quarter of the memory).
+- ``sr``: BC + one SR round (SOTOPIA-pi): the BC policy plays every train instance ``--sr-samples`` times, the
+  episodes are filtered as the SR stage filters them (best per scenario and seat, goal >= 1) and trained on.
+- ``grpo``: episode GRPO (``training.episode_grpo``) for ``--steps`` steps from the BC adapter.
+- ``grpo-shuffled``: the same, with each group's rewards permuted among its episodes (``shuffle_rewards``): the
+  same compute and no signal, so its interval against BC must cover 0. This is the control that can fail.
 - ``grpo-dense``: ``grpo`` with ``dense_reward: 2`` (partial credit, success dominating).
+- ``sr-grpo``: ``grpo`` from the SR adapter (the SOTOPIA-RL question: RL on top of the SOTOPIA-pi recipe).
+- ``grpo-lr0``: learning rate 0, a reproducibility check only (bit-identical to BC by construction).
 
-Evaluation: every ``verifiable:test`` instance against the rule partner, greedy (seed S) and ``--k`` episodes
-sampled at the training temperature (seeds S+1..S+k); the same instances and seeds for every row, so rows are
-compared paired (``--train-seed`` trains the GRPO rows with another seed and evaluates them on the same ones).
-The table: mean goal and success per kind (sampled), the paired difference from BC in mean goal with a 95% paired
-bootstrap interval over instances (sampled, and greedy), the zero-variance group share and mean rollout-vs-train
-``approx_kl`` of GRPO rows, each stage's wall time and peak RSS. Not a test: run it by hand.
+A row may carry GRPO overrides and an evaluation temperature: ``grpo[learning_rate=1e-4,beta=0.2]`` trains its
+own stage with those settings; ``bc@0.3`` evaluates the bc stages sampled at T 0.3 (and no greedy pass). A plain
+row is evaluated greedily (one episode per instance) and ``--k`` times sampled at the training temperature.
+
+The table: per row and split, mean goal greedy and sampled (pooled over seeds), the sampled mean of each seed,
+goal / success per kind, and the paired difference from its reference (BC for the rows trained from BC, SR for
+``sr-grpo``, base for BC) with its 95% interval; ``vs best BC`` compares against the BC condition (greedy or a
+temperature) that was best on dev (kept in ``RUN/choices.json``). Not a test: run it by hand.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
-import random
+import re
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-ROWS = ("base", "bc", "sr", "grpo", "grpo-lr0", "grpo-dense")
+import numpy as np
+from _stages import timed
+
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
+TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "grpo-lr0")
+GRPO_ROWS = {  # row -> (the stage it starts from, the overrides it always has)
+    "grpo": ("bc", {}),
+    "grpo-shuffled": ("bc", {"shuffle_rewards": True}),
+    "grpo-dense": ("bc", {"dense_reward": 2.0}),
+    "grpo-lr0": ("bc", {"learning_rate": 0.0}),
+    "sr-grpo": ("sr", {}),
+}
+SPLITS = {"dev": "verifiable:dev", "test": "verifiable:test"}
+# what the table compares each trained row with (the stage it was trained from)
+REFERENCE = {"bc": "base", "sr": "bc", **{row: start for row, (start, _) in GRPO_ROWS.items()}}
+
+
+@dataclass(frozen=True)
+class Row:
+    """``NAME[key=value,...]@T``: a stage (NAME with GRPO overrides) and how it is evaluated (``@T``: sampled at T
+    only; none: greedy plus sampled at the training temperature)."""
+
+    name: str
+    overrides: tuple[tuple[str, object], ...] = ()
+    temperature: float | None = None
+    text: str = field(default="", compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> Row:
+        match = re.fullmatch(r"([a-z0-9-]+)(?:\[([^\]]*)\])?(?:@([0-9.]+))?", text.strip())
+        if not match or match.group(1) not in ("base", *TRAINED):
+            raise SystemExit(f"--rows: {text!r} is not NAME[key=value,...][@T] with NAME one of base, {TRAINED}")
+        overrides = []
+        for item in filter(None, (match.group(2) or "").split(",")):
+            key, _, value = item.partition("=")
+            overrides.append(
+                (key.strip(), json.loads(value) if value.strip() not in ("true", "false") else value == "true")
+            )
+        if overrides and match.group(1) not in GRPO_ROWS:
+            raise SystemExit(f"--rows: {text!r}: overrides are for the GRPO rows ({', '.join(GRPO_ROWS)})")
+        temperature = float(match.group(3)) if match.group(3) else None
+        return cls(match.group(1), tuple(overrides), temperature, text.strip())
+
+    @property
+    def stage(self) -> str:
+        """The trained stage's name: the row without its temperature."""
+        return self.text.split("@")[0]
+
+    @property
+    def start(self) -> str | None:
+        """The stage this row's stage is trained from (None for base and bc)."""
+        return {"sr": "bc", **{r: s for r, (s, _) in GRPO_ROWS.items()}}.get(self.name)
+
+
+# -- playing ---------------------------------------------------------------------------------------------------------
 
 
 def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
     from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
 
-    settings = {"seed": args.seed, **kw}
+    settings = {"seed": args.eval_seed, **kw}
     return EpisodeGRPOConfig(
         scenarios=scenarios, max_turns=args.max_turns, max_completion_length=args.max_new_tokens,
         temperature=args.temperature, **settings,
@@ -51,8 +119,8 @@ def rollout_config(args: argparse.Namespace, scenarios: str, **kw):
 
 
 def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], temperature: float, **kw) -> list:
-    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner (or as ``kw``
-    set the rollout: ``role``, ``partner``): a list of ((instance id, seed), episode)."""
+    """Every instance of ``scenarios`` once per seed, the policy ``spec`` against the rule partner (``kw``: other
+    rollout settings, such as ``role`` and ``partner``): a list of ((instance id, seed), episode)."""
     from dataclasses import replace
 
     from sotopia_env.backends.local import LocalBackend
@@ -70,25 +138,32 @@ def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], 
     return [((setup.scenario.id, seed), e) for (setup, seed), e in zip(starts, episodes, strict=True)]
 
 
-def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
-    """The held-out episodes, one row each: instance, seed, greedy or not, kind, goal, success, turns, invalid.
-    Those in ``done`` (an earlier run's, by greedy and seed) are kept, not played again."""
-    rows = list(done)
-    for greedy, wanted in ((True, [args.seed]), (False, [args.seed + 1 + i for i in range(args.k)])):
-        seeds = [s for s in wanted if not any(r["greedy"] == greedy and r.get("seed") == s for r in done)]
+def conditions(row: Row, args: argparse.Namespace) -> list[tuple[float, list[int]]]:
+    """(temperature, evaluation seeds) pairs the row is evaluated under; temperature 0 is greedy."""
+    sampled = [args.eval_seed + 1 + i for i in range(args.k)]
+    if row.temperature is not None:
+        return [(row.temperature, sampled)]
+    return [(0.0, [args.eval_seed]), *([(args.temperature, sampled)] if args.k else [])]
+
+
+def evaluate(spec: str, row: Row, split: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
+    """The held-out episodes, one record each: instance, seed, temperature, kind, goal, success, turns, invalid.
+    Those in ``done`` are kept, not played again."""
+    records = list(done)
+    for temperature, wanted in conditions(row, args):
+        seeds = [s for s in wanted if not any(r["temperature"] == temperature and r["seed"] == s for r in done)]
         if not seeds:
             continue
-        for (instance, seed), e in play(spec, args, "verifiable:test", seeds, 0.0 if greedy else args.temperature):
+        for (instance, seed), e in play(spec, args, SPLITS[split], seeds, temperature):
+            record = {"instance": instance, "seed": seed, "temperature": temperature}
             if e.log is None or e.reward.value is None:
-                rows.append({"instance": instance, "seed": seed, "greedy": greedy, "unrated": True})
+                records.append({**record, "unrated": True})
                 continue
             learner = e.log.setup.agent_names[0]
             mine = [t for t in e.log.turns if t.agent == learner]
-            rows.append(
+            records.append(
                 {
-                    "instance": e.log.setup.scenario.id,
-                    "seed": e.log.seed,
-                    "greedy": greedy,
+                    **record,
                     "kind": e.log.setup.scenario.verifiable.kind,
                     "goal": e.reward.value,
                     "success": float(bool(e.reward.success)),
@@ -96,14 +171,15 @@ def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict
                     "invalid": sum(t.action.error is not None for t in mine) / max(1, len(mine)),
                 }
             )
-    return rows
+    return records
 
 
 # -- the stages -----------------------------------------------------------------------------------------------------
 
 
-def train_bc(out: Path, args: argparse.Namespace) -> dict:
-    """Expert demonstrations on the train instances, then a LoRA SFT on the won ones."""
+def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
+    """Expert demonstrations on the train instances (deterministic: the same for every seed), then a LoRA SFT on
+    the won ones with training seed ``seed``."""
     from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.episodes.runner import play as play_episode
     from sotopia_env.evaluators import VerifiableJudge
@@ -123,7 +199,7 @@ def train_bc(out: Path, args: argparse.Namespace) -> dict:
                     VerifiableJudge(),
                     rollout.env,
                     [EXPERT, "rule-partner"],
-                    seed=args.seed,
+                    seed=args.eval_seed,
                 )  # fmt: skip
                 for s in rollout.setups
             )
@@ -133,45 +209,45 @@ def train_bc(out: Path, args: argparse.Namespace) -> dict:
     dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)])
     config = SFTTrainConfig(
         base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
-        num_epochs=args.bc_epochs, batch_size=8, max_length=1024, save_steps=1000, seed=args.seed, progress=False,
+        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed,
+        progress=False,
     )  # fmt: skip
     result = train_sft(dataset, config)
     won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
     return {"note": f"{result.examples} turns of {won} won expert episodes (of {len(logs)}), {result.steps} steps"}
 
 
-def train_sr(out: Path, bc: Path, args: argparse.Namespace) -> dict:
+def train_sr(out: Path, bc: Path, args: argparse.Namespace, seed: int) -> dict:
     """One SR round from the BC policy: its own sampled episodes on the train instances, filtered as the SR
     stage filters (best per scenario and seat, goal at least 1), trained on from the BC adapter."""
     from sotopia_env.model_ref import read_model_ref
     from sotopia_env.training.dataset import build_dataset, min_goal, top1_per_scenario_role
     from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
-    seeds = [args.seed + 100 + i for i in range(args.sr_samples)]
+    seeds = [1000 * seed + 100 + i for i in range(args.sr_samples)]
     episodes = play(str(bc), args, "verifiable:train", seeds, args.temperature)
     logs = [e.log for _, e in episodes if e.log is not None]
     learner_seat = lambda samples: [s for s in samples if s.seat == 0]  # noqa: E731  (not the rule partner's)
     dataset, _ = build_dataset(logs, [learner_seat, top1_per_scenario_role, min_goal(1)])
     if len(dataset) == 0:
-        return {"note": "no self-play episode passed the filters: the SR policy is the BC policy", "same_as": "bc"}
+        raise SystemExit(f"sr seed {seed}: no self-play episode passed the filters")
     base, adapter = read_model_ref(str(bc))
     config = SFTTrainConfig(
         base_model=base, init_adapter=adapter, output_dir=str(out), learning_rate=args.bc_lr / 2, num_epochs=2,
-        batch_size=8, max_length=1024, save_steps=1000, seed=args.seed, progress=False,
+        batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed, progress=False,
     )  # fmt: skip
     result = train_sft(dataset, config)
     return {"note": f"{result.examples} turns of {len(logs)} self-play episodes, {result.steps} steps"}
 
 
-def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> dict:
+def train_grpo(out: Path, start: Path, args: argparse.Namespace, seed: int, overrides: dict) -> dict:
     from sotopia_env.training.episode_grpo import train_episode_grpo
 
     settings = {
         "max_steps": args.steps, "learning_rate": args.lr, "num_iterations": args.iterations, "beta": args.beta,
-        "save_steps": 1, "progress": False, "seed": args.seed if args.train_seed is None else args.train_seed,
-        **overrides,
+        "save_steps": 1, "progress": False, "seed": seed, **overrides,
     }  # fmt: skip
-    config = rollout_config(args, args.train_scenarios, output_dir=str(out), **settings).starting_from(str(bc))
+    config = rollout_config(args, args.train_scenarios, output_dir=str(out), **settings).starting_from(str(start))
     result = train_episode_grpo(config)
     log = result.log
     return {
@@ -179,168 +255,270 @@ def train_grpo(out: Path, bc: Path, args: argparse.Namespace, **overrides) -> di
         "zero_std_share": result.zero_std_share,
         "approx_kl": statistics.fmean(row["approx_kl"] for row in log) if log else None,
         "clipped": statistics.fmean(row["clipped"] for row in log) if log else None,
-        "skipped_starts": sum(row["skipped_starts"] for row in log),
         "log": log,
     }
 
 
-# -- the table ------------------------------------------------------------------------------------------------------
+class Run:
+    """The run folder: trained stages (``stages.json``), evaluations, the dev choices and the test guard."""
+
+    def __init__(self, folder: Path, args: argparse.Namespace) -> None:
+        self.folder, self.args = folder, args
+        self.stages_file = folder / "stages.json"
+        self.stages: dict[str, dict] = json.loads(self.stages_file.read_text()) if self.stages_file.is_file() else {}
+
+    def stage_dir(self, stage: str, seed: int) -> Path:
+        return self.folder / "train" / re.sub(r"[^A-Za-z0-9_.=,-]", "_", stage) / f"seed{seed}"
+
+    def spec(self, row: Row, seed: int | None) -> str:
+        if row.name == "base":
+            return "smollm2-135m"
+        self.ensure(row, seed)
+        return str(self.stage_dir(row.stage, seed))
+
+    def ensure(self, row: Row, seed: int) -> None:
+        """Train the row's stage for ``seed`` (and the stages it starts from) unless it is kept."""
+        key = f"{row.stage}/seed{seed}"
+        if key in self.stages:
+            return
+        args, out = self.args, self.stage_dir(row.stage, seed)
+        if row.name == "bc":
+            trainer = lambda: train_bc(out, args, seed)  # noqa: E731
+        elif row.name == "sr":
+            self.ensure(Row.parse("bc"), seed)
+            trainer = lambda: train_sr(out, self.stage_dir("bc", seed), args, seed)  # noqa: E731
+        else:
+            start, fixed = GRPO_ROWS[row.name]
+            self.ensure(Row.parse(start), seed)
+            overrides = {**fixed, **dict(row.overrides)}
+            trainer = lambda: train_grpo(out, self.stage_dir(start, seed), args, seed, overrides)  # noqa: E731
+        self.stages[key] = timed(trainer)
+        self.stages[key]["settings"] = settings_of(args, row)
+        self.stages_file.write_text(json.dumps(self.stages, indent=2))
+        print(f"{key}: trained in {self.stages[key]['seconds']:.0f} s", file=sys.stderr, flush=True)
+
+    def evaluations(self, row: Row, split: str, seeds: list[int]) -> dict[int | None, list[dict]]:
+        """The row's evaluation records per training seed (``None`` for base), played where missing."""
+        out: dict[int | None, list[dict]] = {}
+        for seed in [None] if row.name == "base" else seeds:
+            cached = self.folder / "evals" / split / row.text / f"seed{'-' if seed is None else seed}.json"
+            done = json.loads(cached.read_text()) if cached.is_file() else []
+            t0 = time.perf_counter()
+            records = evaluate(self.spec(row, seed), row, split, self.args, done)
+            if len(records) > len(done):
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_text(json.dumps(records, indent=1))
+                print(
+                    f"{row.text} seed {seed} on {split}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True
+                )
+            out[seed] = records
+        return out
+
+    def guard_test(self, rows: list[Row]) -> None:
+        """``--split test`` runs once: the settings it ran under are kept, and other settings are refused."""
+        guard = self.folder / "test_settings.json"
+        mine = {"settings": settings_of(self.args), "rows": sorted(r.text for r in rows)}
+        if guard.is_file():
+            kept = json.loads(guard.read_text())
+            if kept["settings"] != mine["settings"] or not set(mine["rows"]) <= set(kept["rows"]):
+                raise SystemExit(
+                    f"{guard}: test was already run under other settings or rows ({kept}); test runs once, "
+                    "make choices on dev"
+                )
+        else:
+            guard.write_text(json.dumps(mine, indent=2))
 
 
-def paired_interval(
-    rows: list[dict], bc: list[dict], greedy: bool, seed: int = 0, unit: str = "instance"
-) -> tuple[float, float, float]:
-    """Mean of (row - BC) goal per instance (over its seeds, paired by seed), and a 95% bootstrap interval over
-    instances (2,000 resamples); ``unit="episode"`` resamples the (instance, seed) pairs instead."""
-
-    def per_instance(data: list[dict]) -> dict[tuple[str, int], float]:
-        return {(r["instance"], r["seed"]): r["goal"] for r in data if "goal" in r and r["greedy"] == greedy}
-
-    mine, base = per_instance(rows), per_instance(bc)
-    diffs: dict[object, list[float]] = {}
-    for key in sorted(mine.keys() & base.keys()):  # sorted: the same resamples in every process
-        diffs.setdefault(key[0] if unit == "instance" else key, []).append(mine[key] - base[key])
-    values = [statistics.fmean(d) for d in diffs.values()]
-    if not values:
-        return float("nan"), float("nan"), float("nan")
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(2000))
-    return statistics.fmean(values), means[49], means[1949]
+def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
+    """What a stage's training depends on (and, for the test guard, the evaluation's settings)."""
+    keys = ("steps", "lr", "iterations", "beta", "bc_epochs", "bc_lr", "sr_samples", "max_turns", "max_new_tokens",
+            "temperature", "train_scenarios", "k", "eval_seed")  # fmt: skip
+    settings = {k: getattr(args, k) for k in keys}
+    if row is not None:
+        settings["overrides"] = dict(row.overrides)
+    return settings
 
 
-def kind_cells(rows: list[dict]) -> str:
-    """Mean goal / success rate per kind, over the sampled episodes (the greedy ones when there are none)."""
-    sampled = any("goal" in r and not r["greedy"] for r in rows)
+# -- the statistics ---------------------------------------------------------------------------------------------------
+
+
+def cells(records_by_seed: dict[int | None, list[dict]], temperature: float) -> dict[int | None, dict[str, float]]:
+    """Mean goal per training seed and instance, over the evaluation seeds at ``temperature``."""
+    out: dict[int | None, dict[str, float]] = {}
+    for seed, records in records_by_seed.items():
+        goals: dict[str, list[float]] = {}
+        for r in records:
+            if "goal" in r and r["temperature"] == temperature:
+                goals.setdefault(r["instance"], []).append(r["goal"])
+        out[seed] = {instance: statistics.fmean(g) for instance, g in goals.items()}
+    return out
+
+
+def hierarchical_interval(
+    mine: dict[int | None, dict[str, float]], reference: dict[int | None, dict[str, float]], resamples: int = 4000
+) -> tuple[float, float, float, int, int]:
+    """Mean paired difference (mine - reference, per training seed and instance; a reference without seeds pairs
+    with every seed) and a 95% bootstrap interval resampling training seeds and instances (crossed); with the
+    number of seeds and instances."""
+    seeds = sorted(s for s in mine if s in reference or None in reference)
+    instances = sorted(
+        set.intersection(*(set(mine[s]) & set(reference.get(s, reference.get(None, {}))) for s in seeds))
+    )
+    if not seeds or not instances:
+        return float("nan"), float("nan"), float("nan"), 0, 0
+    diffs = np.array([[mine[s][i] - reference.get(s, reference.get(None, {}))[i] for i in instances] for s in seeds])
+    rng = np.random.default_rng(0)
+    means = np.empty(resamples)
+    for b in range(resamples):
+        rows = rng.integers(0, len(seeds), len(seeds))
+        cols = rng.integers(0, len(instances), len(instances))
+        means[b] = diffs[np.ix_(rows, cols)].mean()
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(diffs.mean()), float(low), float(high), len(seeds), len(instances)
+
+
+def pooled_mean(records_by_seed: dict[int | None, list[dict]], temperature: float) -> float:
+    goals = [
+        r["goal"] for rs in records_by_seed.values() for r in rs if "goal" in r and r["temperature"] == temperature
+    ]
+    return statistics.fmean(goals) if goals else float("nan")
+
+
+def kind_cells(records_by_seed: dict[int | None, list[dict]], temperature: float) -> str:
     by_kind: dict[str, list[dict]] = {}
-    for r in rows:
-        if "goal" in r and r["greedy"] != sampled:
-            by_kind.setdefault(r["kind"], []).append(r)
+    for rs in records_by_seed.values():
+        for r in rs:
+            if "goal" in r and r["temperature"] == temperature:
+                by_kind.setdefault(r["kind"], []).append(r)
     return "; ".join(
-        f"{kind} {statistics.fmean(r['goal'] for r in rs):.2f} / {statistics.fmean(r['success'] for r in rs):.2f}"
+        f"{kind[:5]}. {statistics.fmean(r['goal'] for r in rs):.2f} / {statistics.fmean(r['success'] for r in rs):.2f}"
         for kind, rs in sorted(by_kind.items())
     )
 
 
-def print_table(evals: dict[str, list[dict]], stages: dict[str, dict], args: argparse.Namespace) -> None:
+def main_temperature(row: Row, args: argparse.Namespace) -> float:
+    """The condition a row is compared under: its own temperature, else the training temperature (sampled)."""
+    return row.temperature if row.temperature is not None else (args.temperature if args.k else 0.0)
+
+
+def fmt_diff(result: tuple[float, float, float, int, int]) -> str:
+    mean, low, high, n_seeds, n_instances = result
+    return "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}] ({n_seeds}x{n_instances})"
+
+
+def best_bc(evals: dict[str, dict], args: argparse.Namespace) -> tuple[str, float] | None:
+    """The BC condition (row text, temperature) with the highest pooled mean among those evaluated here."""
+    candidates = []
+    for text, by_seed in evals.items():
+        row = Row.parse(text)
+        if row.name == "bc" and not row.overrides:
+            for temperature, _ in conditions(row, args):
+                candidates.append((pooled_mean(by_seed, temperature), text, temperature))
+    if not candidates:
+        return None
+    _, text, temperature = max(candidates)
+    return text, temperature
+
+
+def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Namespace) -> None:
     from _common import machine_line
 
-    print(f"## Episode RL on verifiable:test: 1 greedy + {args.k} sampled episodes per instance, paired\n")
+    choices_file = run.folder / "choices.json"
+    choices = json.loads(choices_file.read_text()) if choices_file.is_file() else {}
+    if split == "dev" and (best := best_bc(evals, args)):
+        choices["best_bc"] = list(best)
+        choices_file.write_text(json.dumps(choices, indent=2))
+    best = choices.get("best_bc")
+    print(f"## Episode RL on verifiable:{split} ({SPLITS[split]}): seeds {args.seeds}, 1 greedy + {args.k} sampled\n")
     print(
-        "| row | goal, greedy | goal, sampled | goal / success per kind | vs BC, sampled [95% paired] | "
-        "vs BC, greedy [95%] | zero-var groups | approx_kl | stage time | peak RSS |"
+        f"Best BC condition on dev: {best[0] + (' greedy' if best[1] == 0 else f' at T {best[1]}') if best else '-'}\n"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, rows in evals.items():
-        means = []
-        for greedy in (True, False):
-            goals = [r["goal"] for r in rows if "goal" in r and r["greedy"] == greedy]
-            means.append(f"{statistics.fmean(goals):.2f}" if goals else "-")
-        stage = stages.get(name, {})
-        diff = ["-", "-"]
-        if "bc" in evals and name != "bc":
-            for i, greedy in enumerate((False, True)):
-                mean, low, high = paired_interval(rows, evals["bc"], greedy)
-                diff[i] = "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"
-        zero = stage.get("zero_std_share")
-        stage_cost = f"{stage['seconds']:.0f} s | {stage['peak_rss_mb']:.0f} MiB" if "seconds" in stage else "- | -"
-        kl = stage.get("approx_kl")
-        print(
-            f"| {name} | {means[0]} | {means[1]} | {kind_cells(rows)} | {diff[0]} | {diff[1]} | "
-            f"{'-' if zero is None else f'{zero:.2f}'} | {'-' if kl is None else f'{kl:.5f}'} | "
-            f"{stage_cost} |"
-        )
-    print()
-    for name, stage in stages.items():
-        if stage.get("note"):
-            print(f"- {name}: {stage['note']}")
     print(
-        f"\nSettings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser steps each, beta "
-        f"{args.beta}), temperature {args.temperature}, max {args.max_turns} turns, {args.max_new_tokens} tokens "
-        f"a turn, starts {args.train_scenarios}; {machine_line()}"
+        "| row | split | goal, greedy | goal, sampled | sampled per seed | goal / success per kind | vs its start "
+        "[95% hier.] | vs best BC [95% hier.] | zero-var groups | approx_kl | stage time | peak RSS |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for text, by_seed in evals.items():
+        row = Row.parse(text)
+        t = main_temperature(row, args)
+        greedy = pooled_mean(by_seed, 0.0) if row.temperature is None else float("nan")
+        sampled = pooled_mean(by_seed, t) if t else float("nan")
+        per_seed = (
+            ", ".join(f"{pooled_mean({s: rs}, t):.2f}" for s, rs in by_seed.items() if s is not None and t) or "-"
+        )
+        start = REFERENCE.get(row.name)
+        vs_start = vs_best = "-"
+        if start and start in evals:
+            ref_row = Row.parse(start)
+            vs_start = fmt_diff(
+                hierarchical_interval(cells(by_seed, t), cells(evals[start], main_temperature(ref_row, args)))
+            )
+        if best and row.name in GRPO_ROWS and GRPO_ROWS[row.name][0] == "bc" and best[0] in evals:
+            vs_best = fmt_diff(hierarchical_interval(cells(by_seed, t), cells(evals[best[0]], best[1])))
+        stage_rows = [run.stages.get(f"{row.stage}/seed{s}", {}) for s in by_seed if s is not None]
+        zero = [s["zero_std_share"] for s in stage_rows if s.get("zero_std_share") is not None]
+        kl = [s["approx_kl"] for s in stage_rows if s.get("approx_kl") is not None]
+        secs = [s["seconds"] for s in stage_rows if "seconds" in s]
+        rss = [s["peak_rss_mb"] for s in stage_rows if "peak_rss_mb" in s]
+        print(
+            f"| {text} | {split} | {greedy:.2f} | {sampled:.2f} | {per_seed} | {kind_cells(by_seed, t or 0.0)} | "
+            f"{vs_start} | {vs_best} | {f'{statistics.fmean(zero):.2f}' if zero else '-'} | "
+            f"{f'{statistics.fmean(kl):.5f}' if kl else '-'} | {f'{statistics.fmean(secs):.0f} s' if secs else '-'} | "
+            f"{f'{max(rss):.0f} MiB' if rss else '-'} |".replace("nan", "-")
+        )
+    unrated = sum(1 for by_seed in evals.values() for rs in by_seed.values() for r in rs if r.get("unrated"))
+    print(
+        f"\n{unrated} unrated episodes. Settings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser "
+        f"steps each, beta {args.beta}), temperature {args.temperature}, max {args.max_turns} turns, "
+        f"{args.max_new_tokens} tokens a turn, BC {args.bc_epochs} epochs at lr {args.bc_lr}; {machine_line()}"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, required=True, help="the run folder (stages and evaluations are kept)")
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma list of {', '.join(ROWS)}")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rows", default="base,bc,grpo,grpo-shuffled", help="comma list of NAME[overrides][@T]")
+    parser.add_argument("--split", choices=sorted(SPLITS), default="dev", help="where the rows are evaluated")
+    parser.add_argument("--final", action="store_true", help="needed with --split test (which runs once)")
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds: every trained row is trained once each")
+    parser.add_argument("--train-only", action="store_true", help="train the rows' stages, evaluate nothing")
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--iterations", type=int, default=1, help="GRPO optimiser steps per batch of rollouts")
-    parser.add_argument("--beta", type=float, default=0.0, help="GRPO's KL weight towards the BC adapter")
-    parser.add_argument("--k", type=int, default=4, help="sampled evaluation episodes per instance (0: greedy only)")
+    parser.add_argument("--iterations", type=int, default=2, help="GRPO optimiser steps per batch of rollouts")
+    parser.add_argument("--beta", type=float, default=0.1, help="GRPO's KL weight towards its starting adapter")
+    parser.add_argument("--k", type=int, default=8, help="sampled evaluation episodes per instance (0: greedy only)")
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--bc-epochs", type=float, default=4.0)
+    parser.add_argument("--temperature", type=float, default=0.7, help="training and sampled evaluation")
+    parser.add_argument("--bc-epochs", type=float, default=3.0)
     parser.add_argument("--bc-lr", type=float, default=1e-3)
     parser.add_argument("--sr-samples", type=int, default=2, help="SR self-play episodes per train instance")
     parser.add_argument("--train-scenarios", default="verifiable:train")
     parser.add_argument("--batch", type=int, default=32, help="the local backend's batch size")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0, help="the evaluation's seeds start here (and training's)")
-    parser.add_argument(
-        "--train-seed", type=int, default=None, help="the GRPO rows' training seed, apart from the evaluation's"
-    )
+    parser.add_argument("--eval-seed", type=int, default=0, help="the evaluation's seeds start here")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    if unknown := set(rows) - set(ROWS):
-        raise SystemExit(f"--rows: unknown {sorted(unknown)}; choose from {', '.join(ROWS)}")
-    run = args.keep
-    (run / "evals").mkdir(parents=True, exist_ok=True)
-    stages_file = run / "stages.json"
-    stages: dict[str, dict] = json.loads(stages_file.read_text()) if stages_file.is_file() else {}
-    trainers = {
-        "bc": lambda: train_bc(run / "bc", args),
-        "sr": lambda: train_sr(run / "sr", run / "bc", args),
-        "grpo": lambda: train_grpo(run / "grpo", run / "bc", args),
-        "grpo-lr0": lambda: train_grpo(run / "grpo-lr0", run / "bc", args, learning_rate=0.0),
-        "grpo-dense": lambda: train_grpo(run / "grpo-dense", run / "bc", args, dense_reward=2.0),
-    }
-    evals: dict[str, list[dict]] = {}
-    for name in rows:
-        if name != "base" and name not in stages:
-            if name != "bc" and "bc" not in stages:
-                raise SystemExit(f"row {name!r} starts from BC: run the bc row first (--rows bc,{name})")
-            run_stage(stages, stages_file, name, trainers[name])
-        spec = "smollm2-135m" if name == "base" else str(run / stages[name].get("same_as", name))
-        evals[name] = evaluate_kept(run, name, lambda done, spec=spec: evaluate(spec, args, done))
-    print_table(evals, stages, args)
-
-
-def run_stage(stages: dict[str, dict], stages_file: Path, name: str, trainer) -> None:
-    """Train one stage (``trainer()`` returns its summary), add its wall time and peak RSS (and GPU memory),
-    and keep every stage's summary in ``stages_file``."""
-    import torch
-
-    from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
-
-    reset_peak_rss()
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    stages[name] = trainer()
-    stages[name].update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
-    if torch.cuda.is_available():
-        stages[name]["note"] += f"; peak GPU memory {torch.cuda.max_memory_allocated() >> 20} MiB"
-    stages_file.write_text(json.dumps(stages, indent=2))
-    print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
-
-
-def evaluate_kept(run: Path, name: str, evaluate_rows) -> list[dict]:
-    """``evaluate_rows(done)`` with the rows kept in ``RUN/evals/NAME.json`` (played again only where missing),
-    and the new ones kept there."""
-    cached = run / "evals" / f"{name}.json"
-    done = json.loads(cached.read_text()) if cached.is_file() else []
-    t0 = time.perf_counter()
-    rows = evaluate_rows(done)
-    if len(rows) > len(done):
-        cached.write_text(json.dumps(rows, indent=2))
-        print(f"{name}: evaluated in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    return rows
+    rows = [Row.parse(r) for r in args.rows.split(",") if r.strip()]
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    run = Run(args.keep, args)
+    args.keep.mkdir(parents=True, exist_ok=True)
+    if args.train_only:
+        for row in rows:
+            for seed in args.seeds:
+                if row.name != "base":
+                    run.ensure(row, seed)
+        return
+    if args.split == "test":
+        if not args.final:
+            raise SystemExit("--split test runs once, for the final rows: make choices on dev, then add --final")
+        run.guard_test(rows)
+    evals = {row.text: run.evaluations(row, args.split, args.seeds) for row in rows}
+    print_table(args.split, evals, run, args)
+    digest = hashlib.sha256(json.dumps(settings_of(args), sort_keys=True).encode()).hexdigest()[:8]
+    print(f"settings digest {digest}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import statistics
 from pathlib import Path
 
 from _common import machine_line
-from episode_rl import evaluate_kept, paired_interval, play, run_stage
+from _stages import evaluate_kept, paired_interval, run_stage
+from episode_rl import play
 
 from sotopia_env.episodes.game_report import wilson
 
@@ -123,6 +124,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     args.train, args.test, args.max_turns = f"{args.game}:train", f"{args.game}:test", 8
+    args.eval_seed = args.seed  # what episode_rl.play seeds the rollout settings with
     if args.quick:
         import tempfile
 

@@ -23,6 +23,7 @@ from sotopia_env.training.episode_grpo import (
     group_advantages,
     pack,
     policy_loss,
+    shuffled_within_groups,
     step_advantages,
     token_logprobs,
     train_episode_grpo,
@@ -105,6 +106,17 @@ def test_batch_scaling_keeps_a_one_point_price_gap_small_next_to_a_win_loss_spli
     assert by_batch[0] == pytest.approx([0.5 / step_std, -0.5 / step_std])
     assert by_batch[1] == pytest.approx([5 / step_std, -5 / step_std])
     assert step_advantages(groups, "none") == [pytest.approx([0.5, -0.5]), pytest.approx([5.0, -5.0])]
+
+
+def test_shuffled_rewards_keep_each_group_and_lose_who_earned_what():
+    groups = [[float(i) for i in range(8)], [10.0, 0.0, None, 5.0]]
+    shuffled = shuffled_within_groups(groups, seed=3)
+    assert [sorted(g, key=str) for g in shuffled] == [sorted(g, key=str) for g in groups]  # same rewards per group
+    assert shuffled[0] != groups[0]  # an identity "shuffle" would leave the signal in place
+    assert shuffled == shuffled_within_groups(groups, seed=3)  # seeded: a resumed run shuffles the same way
+    # over many seeds, which episode gets the best reward is uniform: no trace of the real order is left
+    firsts = [shuffled_within_groups(groups, seed)[0].index(7.0) for seed in range(800)]
+    assert all(80 <= firsts.count(i) <= 120 for i in range(8))
 
 
 def test_starts_interleave_kinds_and_rest_after_a_group_without_signal():

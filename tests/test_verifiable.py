@@ -89,9 +89,9 @@ def _scrambled(setup: EpisodeSetup) -> EpisodeSetup:
 def test_verifiable_expert_wins_every_kind_by_listening_and_never_reads_the_hidden_facts(library):
     """The BC warm-start's demonstrator (``training.experts.VerifiableExpert``, used by
     ``benchmarks/episode_rl.py``) on every train instance: one number or one slot per line, a deal inside the
-    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it hears the worry in
-    the partner's doubts and answers that one worry, never naming another or listing words. It acts on what seat 1
-    is shown: with other hidden facts, the same observations give the same words."""
+    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it asks after the worry
+    and answers it in the partner's words (or hears it in the doubts), never naming another or listing words. It
+    acts on what seat 1 is shown: with other hidden facts, the same observations give the same words."""
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import sample_setups
     from sotopia_env.training.experts import VerifiableExpert
@@ -328,13 +328,13 @@ def test_an_honest_answer_that_names_the_worry_and_asks_wins(library):
 
 
 def test_every_persuasion_instance_is_won_by_listening(library):
-    """Every instance, every split, can be won from the cues alone: the expert, which hears the worry in the
-    partner's first doubt and answers it, wins each in two moves (a new scenario whose doubts carry no cue a
-    listener could hear fails here)."""
+    """Every instance, every split, can be won from the cues alone: the expert, with the worry taken away (so that
+    asking gets a doubt), hears the worry in the partner's first doubt and answers it, and wins each in two moves
+    (a new scenario whose doubts carry no cue a listener could hear fails here)."""
     from sotopia_env.training.experts import VerifiableExpert
 
     for sid in _persuasion(library):
-        setup = _setup(library, sid)
+        setup = _setup(library, sid, worry=None)
         log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge()))
         mine = [t.action.argument for t in log.turns if t.agent == setup.agent_names[0]]
         assert _goal(log) == (10, True) and mine[2] == VerifiableExpert.THANKS, (sid, mine)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.model_ref import read_model_ref
 
 
@@ -62,10 +63,11 @@ class PipelineInputs:
     """What the pipeline offers the trainer of its ``rl:`` stage, beyond the policy to start from and the output dir.
 
     ``fill`` applies the convention every trainer gets for free: a config field ``api_base`` left unset takes the
-    pipeline's, and a field ``scenarios_dir`` gets the pipeline's scenario folders first. A trainer that needs more
-    (text GRPO's ``social_turns`` reads the run's own episodes) says so in its ``in_pipeline`` hook."""
+    pipeline's (as the comma list of its servers: a trainer's config holds plain data), and a field
+    ``scenarios_dir`` gets the pipeline's scenario folders first. A trainer that needs more (text GRPO's
+    ``social_turns`` reads the run's own episodes) says so in its ``in_pipeline`` hook."""
 
-    api_base: str | None = None
+    api_base: ApiBase = None
     scenarios_dir: list[str] = field(default_factory=list)
     episodes_file: Callable[[], str] | None = None  # exports the BC and SR stages' episodes (JSONL); its path
 
@@ -73,7 +75,7 @@ class PipelineInputs:
         fields = config.__dataclass_fields__
         changes: dict[str, Any] = {}
         if "api_base" in fields and config.api_base is None:
-            changes["api_base"] = self.api_base
+            changes["api_base"] = None if self.api_base is None else str(self.api_base)
         if "scenarios_dir" in fields:
             changes["scenarios_dir"] = [*self.scenarios_dir, *config.scenarios_dir]
         return dataclasses.replace(config, **changes) if changes else config

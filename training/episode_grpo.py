@@ -18,7 +18,8 @@ style. One step:
    with dynamic sampling, more groups are played (at most ``max_resample_groups``) until ``groups_per_step``
    groups carry signal;
 4. advantages: reward minus its group's mean, divided by the group's std (``scale_rewards: group``), the whole
-   step's std (``batch``) or nothing (``none``);
+   step's std (``batch``) or nothing (``none``); with ``shuffle_rewards`` (a control that can fail) the rewards
+   are first permuted within each group, so the update costs the same and carries no signal;
 5. ``num_iterations`` passes over the samples, each one AdamW step. Samples sharing a prompt prefix (the turns
    of one group) run up to ``prefix_batch`` at a time with the prefix run once (``shared_prefix``: the same loss
    and gradient as one at a time), the others alone (``prefix_batch: 1``: micro-batches of
@@ -43,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import shutil
 import statistics
 import time
@@ -109,6 +111,7 @@ class EpisodeGRPOConfig(BaseTrainConfig):
     revisit_after: int = 4  # steps a start without signal rests
     turn_reward: float = 0.0  # per policy turn, added to the reward (negative: shorter episodes)
     dense_reward: float = 0.0  # verifiable only: up to this much partial credit; a success gets all of it
+    shuffle_rewards: bool = False  # the control: rewards permuted within each group (same compute, no signal)
     # the update
     beta: float = 0.0  # weight of the KL towards the starting policy (0: no reference pass)
     epsilon: float = 0.2  # the ratio's clip below 1
@@ -155,6 +158,14 @@ def group_advantages(
     mean = statistics.fmean(rated)
     divisor = {"group": statistics.pstdev(rated), "batch": step_std or 1.0, "none": 1.0}[scale]
     return [None if r is None else (r - mean) / max(divisor, eps) for r in rewards]
+
+
+def shuffled_within_groups(groups: Sequence[Sequence[float | None]], seed: int) -> list[list[float | None]]:
+    """Each group's rewards permuted among its episodes (``random.Random(seed)``): the shuffled-reward control.
+    A group keeps its rewards, so its mean, spread and the step's std are unchanged; which episode earned which is
+    lost, so the update carries no signal about what the policy did."""
+    rng = random.Random(seed)
+    return [rng.sample(list(group), len(group)) for group in groups]
 
 
 def step_advantages(groups: Sequence[Sequence[float | None]], scale: str) -> list[list[float | None]]:
@@ -465,6 +476,8 @@ def train_episode_grpo(config: EpisodeGRPOConfig) -> GRPOResult:
             tally["no_signal"] += len(groups) - len(signal)
             # 4. advantages
             rewards = [[e.reward.value for e in episodes] for episodes, _ in groups]
+            if config.shuffle_rewards:
+                rewards = shuffled_within_groups(rewards, config.seed * 1_000_003 + step)
             advantages = step_advantages(rewards, config.scale_rewards)
             trained = [
                 (sample, a)

@@ -15,17 +15,27 @@
   (``ASK_CUES``). Otherwise it says its next doubt (after "that's not it" when the speech named other concerns
   but not its own), or, once reassured, waits for the question, or, past ``MAX_FOREIGN``, says the learner is
   not listening. The doubts are the scenario's cue lines: they hint at the concern and never name it (checked
-  on load), so a learner wins by hearing the worry in them and answering it.
+  on load), so a learner wins by hearing the worry in them and answering it. A learner may also *ask after the
+  worry* (``asks_after_worry``: a question with a worry word, "what would worry you about it?"): a scenario with
+  a ``worry`` (the concern in the partner's own words, naming it) then has the partner say it ("Since you ask,
+  what worries me is the cost of the petrol."), for a round, so a learner can answer in the partner's words.
 - **Judge.** 10 for both on agreement (success), else 0.
-- **Expert.** Opens, listens to the partner's doubts, and answers the worry it hears in them (``WORRIES``: cue
-  phrases and a one-sentence reassurance that names that worry only), asking in the same line. A worry it tried
-  and that did not land is not tried again; when it hears no cue it asks what would help.
-- **Partial credit.** 1 once the partner's concern was addressed (as the rules replay it).
+- **Expert.** Opens by asking what would worry the partner. When the partner says its worry, the expert answers
+  it in the partner's own words (``echo``) and asks in the same line; otherwise it listens to the doubts and
+  answers the worry it hears in them (``WORRIES``: cue phrases and a one-sentence reassurance that names that
+  worry only). A worry it tried and that did not land is not tried again; when it hears no cue it asks what
+  would help.
+- **Partial credit** (the dense reward): ``REVEALED_CREDIT`` (0.5) once the learner asked after the worry and the
+  partner said it, 1 once the concern was addressed (as the rules replay it); 0 once the partner stopped
+  listening (past ``MAX_FOREIGN``), whatever came before.
 
 What the rules stand against, by design and in ``tests/test_verifiable.py``: a line that asks and names every
-concern word of the library, or the same words spread over several turns, wins no persuasion instance; guessing
-one concern per turn gets at most ``MAX_FOREIGN + 1`` guesses per conversation. What they do not stand against:
-words are matched, not understood ("I won't go near your window" names the window).
+concern word of the library, or the same words spread over several turns, wins no persuasion instance (asking
+after the worry first changes nothing, and earns no partial credit); guessing one concern per turn gets at most
+``MAX_FOREIGN + 1`` guesses per conversation. What they do not stand against: words are matched, not understood
+("I won't go near your window" names the window), and a learner that asks after the worry and then repeats it
+with a question ("The cost of the petrol? Could you?") is heard as answering it: the ``worry`` is there to be
+answered in the partner's own words.
 """
 
 from __future__ import annotations
@@ -45,6 +55,9 @@ from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.kinds.base import Kind, LearnerView, Move, Outcome, Talk, VerifiableFacts, spoken
 
 ASK_CUES = ("?", "please", "would you", "could you", "can you", "will you", "may i", "can i", "let me")
+# a question with one of these asks after the partner's worry (``asks_after_worry``)
+WORRY_CUES = ("worr", "bother", "concern", "mind at rest", "what would help", "hesita", "problem", "what's wrong")
+REVEALED_CREDIT = 0.5  # partial credit once the learner asked after the worry and heard it
 MAX_FOREIGN = 2  # the library's other concerns a conversation may name before the partner stops listening
 MAX_CONCERN_WORDS = 5  # the concern words one speech may hold and still address the concern
 
@@ -74,6 +87,7 @@ class PersuasionFacts(VerifiableFacts):
     request: str = Field(min_length=1)  # as the partner says it: "lend you my car"
     concern: list[str] = Field(min_length=1)  # hidden
     doubts: list[str] = Field(min_length=2)  # cues to the concern, said in turn while it is open
+    worry: str | None = None  # the concern in the partner's own words, said when the learner asks after it
     max_rounds: int = Field(default=5, ge=1)
 
     @field_validator("concern")
@@ -100,10 +114,26 @@ class PersuasionFacts(VerifiableFacts):
                 )
         return doubts
 
+    @field_validator("worry")
+    @classmethod
+    def _worry(cls, worry: str | None, info: ValidationInfo) -> str | None:
+        if worry is None:
+            return None
+        concern = info.data.get("concern") or []
+        named = concern_hits(worry, concern)
+        if concern and not named:
+            raise ValueError(f"the worry {worry!r} names no concern word; it is the concern in the partner's words")
+        if len(named) > MAX_CONCERN_WORDS:
+            raise ValueError(f"the worry {worry!r} names more than {MAX_CONCERN_WORDS} concern words")
+        if re.search(r"[.?!]\s*$", worry):
+            raise ValueError(f"the worry {worry!r} ends a line of the partner's: a phrase without end punctuation")
+        return worry
+
 
 @dataclass
 class PersuasionTalk(Talk):
     addressed: bool = False
+    revealed: bool = False  # the partner said its worry, asked
     foreign: list[tuple[str, ...]] = field(default_factory=list)  # other concerns named so far
 
 
@@ -212,6 +242,13 @@ def addresses(text: str, concern: Sequence[str]) -> bool:
 def asks(text: str) -> bool:
     lowered = text.lower()
     return any(cue in lowered for cue in ASK_CUES)
+
+
+def asks_after_worry(text: str) -> bool:
+    """Whether ``text`` asks what worries the partner: a question (``asks``) with a worry word (``WORRY_CUES``:
+    "Is anything worrying you about it?", "What would put your mind at rest?")."""
+    flat = flat_text(text)
+    return asks(flat) and any(cue in flat for cue in WORRY_CUES)
 
 
 @dataclass(frozen=True)
@@ -373,6 +410,10 @@ class Persuasion(Kind):
             "You keep bringing up things I never mentioned. I don't think you're listening to me.",
             "That's a lot of promises about everything under the sun. Are you even listening?",
         ),
+        "reveal": (  # the scenario's ``worry``, asked; the two variants end alike (``REVEALED``, what ``echo`` reads)
+            "Since you ask, what worries me is {worry}.",
+            "Well, since you ask, what worries me is {worry}.",
+        ),
         "reassured": (
             "Okay, that does ease my mind. So what exactly are you asking me?",
             "Well, that helps, honestly. What is it you'd like me to do?",
@@ -384,7 +425,8 @@ class Persuasion(Kind):
         "goodbye": ("See you later!", "Alright, talk soon!"),
     }
     OFF = ("That's not really what bothers me.", "No, that's not it.")  # before a doubt, after a wrong guess
-    OPENER = "Hi, sorry to bother you. I have a small favour to ask, if you don't mind."
+    OPENER = "Hi, sorry to bother you. I have a small favour to ask. Is there anything that would worry you about it?"
+    REVEALED = re.compile(r"what worries me is (?P<worry>.+?)\.?$", re.IGNORECASE)  # the reveal line's worry
     PROBE = "I'd really like to make this easy for you. What would put your mind at rest?"
     ASK = "Would you do it for me?"
     CONVINCED = ("convinced me", "settles it")  # the partner's words when it agrees to a request
@@ -413,6 +455,9 @@ class Persuasion(Kind):
             return Move("unheard", None, talk.rounds)
         if talk.addressed:
             return Move("reassured", None, talk.rounds)
+        if facts.worry is not None and speech is not None and asks_after_worry(speech):
+            talk.revealed = True
+            return Move("reveal", None, talk.rounds)
         return Move("doubt", "off" if off else None, talk.rounds)
 
     def outcome(self, facts: PersuasionFacts, talk: PersuasionTalk) -> Outcome:
@@ -422,13 +467,14 @@ class Persuasion(Kind):
                 left = f"never addressed: the learner named {len(talk.foreign)} other concerns ({named}...)"
             else:
                 left = "addressed but never asked" if talk.addressed else "never addressed"
+                left += ", though it said its worry when asked" if talk.revealed and not talk.addressed else ""
             return Outcome(False, False, 0, 0, f"the partner did not agree ({facts.request}): its concern was {left}")
         return Outcome(True, True, 10, 10, f"the partner agreed ({facts.request}) once its concern was addressed")
 
     # -- partner ------------------------------------------------------------------------------------------------
 
     def fields(self, facts: PersuasionFacts, move: Move) -> dict[str, str]:
-        return {"request": facts.request}
+        return {"request": facts.request, "worry": facts.worry or ""}
 
     def say(self, facts: PersuasionFacts, move: Move, turn: int, variety: int) -> AgentAction:
         """A doubt is the scenario's next cue line (``doubts``, in turn), after a wrong guess (the learner named
@@ -447,9 +493,16 @@ class Persuasion(Kind):
     def agreed(self, view: LearnerView) -> bool:
         return any(cue in view.heard[-1].lower() for cue in self.CONVINCED)
 
+    def echo(self, worry: str) -> str:
+        """The answer to a worry the partner said, in its own words, and the question."""
+        return f"Don't worry about {worry}, I'll take care of it. {self.ASK}"
+
     def propose(self, view: LearnerView) -> str:
         if view.moves == 0 or not view.heard:
             return self.OPENER
+        revealed = self.REVEALED.search(view.heard[-1].strip())
+        if revealed and self.echo(revealed["worry"]) not in view.said:
+            return self.echo(revealed["worry"])
         tried = {w.name for w in WORRIES if any(w.reassurance in line for line in view.said)}
         latest, everything = view.heard[-1].lower(), " ".join(view.heard).lower()
 
@@ -465,7 +518,11 @@ class Persuasion(Kind):
     # -- partial credit -----------------------------------------------------------------------------------------
 
     def partial_credit(self, facts: PersuasionFacts, speeches: Sequence[str], talk: PersuasionTalk) -> float:
-        return float(talk.addressed)
+        """1 once the concern was addressed, ``REVEALED_CREDIT`` once the learner asked after the worry and heard
+        it, 0 otherwise and once the partner stopped listening (stuffing earns nothing, asked or not)."""
+        if len(talk.foreign) > MAX_FOREIGN:
+            return 0.0
+        return 1.0 if talk.addressed else REVEALED_CREDIT if talk.revealed else 0.0
 
 
 KIND = Persuasion()

@@ -1,0 +1,70 @@
+"""Helpers shared by the RL benchmark scripts (not a benchmark itself): a trained stage's wall time and peak
+memory, evaluations kept in a run folder and played again only where missing, and a paired bootstrap interval."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def timed(trainer) -> dict:
+    """``trainer()``'s summary with its wall time and peak RSS (and GPU memory)."""
+    import torch
+
+    from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
+
+    reset_peak_rss()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    summary = trainer()
+    summary.update(seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=peak_rss_mb())
+    if torch.cuda.is_available():
+        summary["note"] += f"; peak GPU memory {torch.cuda.max_memory_allocated() >> 20} MiB"
+    return summary
+
+
+def run_stage(stages: dict[str, dict], stages_file: Path, name: str, trainer) -> None:
+    """Train one stage (``trainer()`` returns its summary) and keep every stage's summary in ``stages_file``."""
+    stages[name] = timed(trainer)
+    stages_file.write_text(json.dumps(stages, indent=2))
+    print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+
+
+def evaluate_kept(run: Path, name: str, evaluate_rows) -> list[dict]:
+    """``evaluate_rows(done)`` with the rows kept in ``RUN/evals/NAME.json`` (played again only where missing),
+    and the new ones kept there."""
+    cached = run / "evals" / f"{name}.json"
+    done = json.loads(cached.read_text()) if cached.is_file() else []
+    t0 = time.perf_counter()
+    rows = evaluate_rows(done)
+    if len(rows) > len(done):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(rows, indent=2))
+        print(f"{name}: evaluated in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def paired_interval(
+    rows: list[dict], reference: list[dict], greedy: bool, seed: int = 0, unit: str = "instance"
+) -> tuple[float, float, float]:
+    """Mean of (row - reference) goal per instance (over its seeds, paired by seed), and a 95% bootstrap interval
+    over instances (2,000 resamples); ``unit="episode"`` resamples the (instance, seed) pairs instead."""
+
+    def goals(data: list[dict]) -> dict[tuple[str, int], float]:
+        return {(r["instance"], r["seed"]): r["goal"] for r in data if "goal" in r and r["greedy"] == greedy}
+
+    mine, theirs = goals(rows), goals(reference)
+    diffs: dict[object, list[float]] = {}
+    for key in sorted(mine.keys() & theirs.keys()):  # sorted: the same resamples in every process
+        diffs.setdefault(key[0] if unit == "instance" else key, []).append(mine[key] - theirs[key])
+    values = [statistics.fmean(d) for d in diffs.values()]
+    if not values:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(2000))
+    return statistics.fmean(values), means[49], means[1949]

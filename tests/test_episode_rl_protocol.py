@@ -1,0 +1,89 @@
+"""The statistics and guards behind ``benchmarks/episode_rl.py``'s claims: the hierarchical paired bootstrap
+(training seeds and instances resampled, crossed), the row grammar, and the rule that test runs once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import episode_rl  # noqa: E402
+
+
+def cells_for(effect: float, seed_sd: float, noise_sd: float, rng, seeds=3, instances=36) -> tuple[dict, dict]:
+    """A row and its reference, per training seed and instance: the row is the reference plus ``effect``, a
+    per-seed shift (training noise) and per-cell noise."""
+    reference, mine = {}, {}
+    base = rng.normal(5, 2, instances)
+    for s in range(seeds):
+        shift = rng.normal(0, seed_sd)
+        reference[s] = {f"i{i}": float(base[i] + rng.normal(0, noise_sd)) for i in range(instances)}
+        mine[s] = {f"i{i}": float(base[i] + effect + shift + rng.normal(0, noise_sd)) for i in range(instances)}
+    return mine, reference
+
+
+def test_the_interval_holds_a_known_effect_and_covers_zero_without_one():
+    rng = np.random.default_rng(1)
+    mine, reference = cells_for(1.0, 0.1, 0.5, rng)
+    mean, low, high, n_seeds, n_instances = episode_rl.hierarchical_interval(mine, reference, resamples=1000)
+    assert (n_seeds, n_instances) == (3, 36)
+    assert low < 1.0 < high and low > 0
+    mine, reference = cells_for(0.0, 0.1, 0.5, rng)
+    _, low, high, _, _ = episode_rl.hierarchical_interval(mine, reference, resamples=1000)
+    assert low < 0 < high
+
+
+def test_seed_to_seed_noise_widens_the_interval():
+    """Resampling training seeds is what makes one lucky seed unable to carry a claim: the same cells with a
+    large per-seed spread give a wider interval than with none."""
+    narrow = episode_rl.hierarchical_interval(*cells_for(1.0, 0.0, 0.5, np.random.default_rng(2)), resamples=1000)
+    wide = episode_rl.hierarchical_interval(*cells_for(1.0, 1.5, 0.5, np.random.default_rng(2)), resamples=1000)
+    assert wide[2] - wide[1] > 2 * (narrow[2] - narrow[1])
+
+
+def test_coverage_is_about_95_percent_under_the_null():
+    rng = np.random.default_rng(3)
+    covered = 0
+    for _ in range(60):
+        mine, reference = cells_for(0.0, 0.3, 1.0, rng, seeds=3, instances=12)
+        _, low, high, _, _ = episode_rl.hierarchical_interval(mine, reference, resamples=400)
+        covered += low <= 0 <= high
+    assert covered >= 48  # 80% at the least over 60 draws; a broken resampler (no seed level) covers far less
+
+
+def test_a_reference_without_seeds_pairs_with_every_seed():
+    mine = {0: {"a": 3.0, "b": 4.0}, 1: {"a": 5.0, "b": 6.0}}
+    base = {None: {"a": 1.0, "b": 2.0}}
+    mean, low, high, n_seeds, n_instances = episode_rl.hierarchical_interval(mine, base, resamples=200)
+    assert mean == pytest.approx(3.0) and (n_seeds, n_instances) == (2, 2)
+    assert 2.0 <= low <= high <= 4.0
+
+
+def test_rows_parse_with_overrides_and_temperature():
+    row = episode_rl.Row.parse("grpo[learning_rate=1e-4,shuffle_rewards=true]@0.3")
+    assert row.name == "grpo" and row.temperature == 0.3 and row.start == "bc"
+    assert dict(row.overrides) == {"learning_rate": 1e-4, "shuffle_rewards": True}
+    assert row.stage == "grpo[learning_rate=1e-4,shuffle_rewards=true]"
+    assert episode_rl.Row.parse("sr-grpo").start == "sr"
+    with pytest.raises(SystemExit, match="overrides are for the GRPO rows"):
+        episode_rl.Row.parse("bc[learning_rate=1]")
+    with pytest.raises(SystemExit, match="NAME"):
+        episode_rl.Row.parse("ppo")
+
+
+def test_test_runs_once_under_one_set_of_settings(tmp_path):
+    args = argparse.Namespace(
+        steps=10, lr=2e-4, iterations=2, beta=0.1, bc_epochs=3.0, bc_lr=1e-3, sr_samples=2, max_turns=6,
+        max_new_tokens=40, temperature=0.7, train_scenarios="verifiable:train", k=8, eval_seed=0,
+    )  # fmt: skip
+    rows = [episode_rl.Row.parse(r) for r in ("bc", "grpo")]
+    episode_rl.Run(tmp_path, args).guard_test(rows)
+    episode_rl.Run(tmp_path, args).guard_test(rows[:1])  # the same settings, a row already run: allowed
+    args.lr = 1e-4
+    with pytest.raises(SystemExit, match="test runs once"):
+        episode_rl.Run(tmp_path, args).guard_test(rows)
