@@ -51,17 +51,39 @@ MIB = 1024 * 1024
 
 
 class Phases:
-    """Peak RSS per phase of a trainer, read from hooks on TRL's ``Trainer`` or on episode GRPO's update."""
+    """Peak RSS per phase of a trainer, read from hooks on TRL's ``Trainer`` or on episode GRPO's update.
+
+    Resetting the kernel's high-water mark (``training.rss.reset_peak_rss``, as each phase and episode GRPO's
+    steps do) also resets what ``wait4`` reports at exit, so every reset in this process first folds the peak so
+    far into ``process_peak``: the stage's peak is the larger of the two."""
 
     def __init__(self) -> None:
+        from sotopia_env.training import rss
+
         self.report: dict[str, Any] = {"steps": []}
         self.tensors = None
+        self.process_peak = 0.0
+        reset = rss.reset_peak_rss
+
+        def folding_reset() -> bool:
+            peak = rss.peak_rss_mb()
+            self.report.setdefault("first_reset_mb", peak)  # episode GRPO: the peak before its first step
+            self.process_peak = max(self.process_peak, peak)
+            return reset()
+
+        rss.reset_peak_rss = folding_reset  # before a trainer imports it by name
+
+    def finish(self) -> dict[str, Any]:
+        from sotopia_env.training.rss import peak_rss_mb
+
+        self.report["process_peak_mb"] = max(self.process_peak, peak_rss_mb())
+        return self.report
 
     def mark(self, name: str) -> None:
-        from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
+        from sotopia_env.training import rss
 
-        self.report[name] = peak_rss_mb()
-        reset_peak_rss()
+        self.report[name] = rss.peak_rss_mb()
+        rss.reset_peak_rss()
 
     def start_tensors(self, model: Any) -> None:
         from _tensor_peak import LiveTensorPeak
@@ -79,10 +101,10 @@ class Phases:
         self.tensors = None
 
     def step_done(self) -> None:
-        from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss
+        from sotopia_env.training import rss
 
-        self.report["steps"].append(peak_rss_mb())
-        reset_peak_rss()
+        self.report["steps"].append(rss.peak_rss_mb())
+        rss.reset_peak_rss()
 
 
 def hook_trl_trainers(phases: Phases) -> None:
@@ -178,13 +200,14 @@ def run_child(stage: str, work: Path, rl_steps: int) -> dict[str, Any]:
         )
         result = trainer_of(config).train(config)
         phases.report["steps"] = [row["peak_rss_mb"] for row in result.log]
+        phases.report["before_steps"] = phases.report["first_reset_mb"]
         trained = sum(row["trained_sequences"] for row in result.log)
         phases.report["what"] = f"{result.steps} steps, {trained} sequences trained"
     else:
         raise SystemExit(f"unknown stage {stage!r}")
     if phases.report["steps"] and stage != "episode-grpo":
         phases.mark("after_steps")
-    return phases.report
+    return phases.finish()
 
 
 # -- the parent: a process per stage, the table --------------------------------------------------------------
@@ -210,7 +233,8 @@ def run_stage(stage: str, work: Path, rl_steps: int) -> dict[str, Any]:
     report = json.loads(report_file.read_text()) if report_file.is_file() else {}
     if stage == "pipeline":
         report["what"] = "eval-base, bc, eval-bc, sr1, eval-sr1"
-    report.update(peak_mb=round(usage.ru_maxrss / 1024, 1), seconds=round(time.perf_counter() - started, 1))
+    peak = max(usage.ru_maxrss / 1024, report.get("process_peak_mb", 0.0))  # see Phases on resets
+    report.update(peak_mb=round(peak, 1), seconds=round(time.perf_counter() - started, 1))
     if proc.returncode != 0:
         report["what"] = f"FAILED (exit {proc.returncode}; see {work / stage}.log)"
     return report

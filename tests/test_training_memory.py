@@ -106,3 +106,36 @@ def test_freed_activations_leave_the_rss(mode, held_mb):
     assert probe.returncode == 0, probe.stderr
     low, high = held_mb
     assert low <= float(probe.stdout) <= high
+
+
+def test_an_adapter_and_its_base_share_the_base_weights(tiny_model_dir, tmp_path):
+    """An evaluation plays the trained adapter against its base model: one copy of the base weights, not two, and
+    the base plays as itself (the adapter is not merged into the weights they share)."""
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from sotopia_env.backends.local import LocalBackend
+
+    torch.manual_seed(1)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    trained = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora).eval()
+    trained.save_pretrained(str(tmp_path / "adapter"))
+    (tmp_path / "sotopia_model.json").write_text(json.dumps({"base": str(tiny_model_dir), "adapter": "adapter"}))
+
+    policy = LocalBackend.from_spec(str(tmp_path))  # the policy first, as the pipeline's evaluation loads them
+    partner = LocalBackend.from_spec(str(tiny_model_dir))
+    under_lora = policy.lm.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
+    assert under_lora is partner.lm.model.layers[0].self_attn.q_proj.weight
+    assert policy.lm.get_base_model().model.embed_tokens.weight is partner.lm.model.embed_tokens.weight
+
+    ids = torch.tensor([[5, 9, 30, 41, 7]])
+    with torch.no_grad():
+        plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)(ids).logits
+        torch.testing.assert_close(partner.lm(ids).logits, plain)
+        torch.testing.assert_close(policy.lm(ids).logits, trained(ids).logits, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(policy.lm(ids).logits, plain, atol=1e-4)
+    policy.close()
+    partner.close()
