@@ -20,7 +20,8 @@ Per stage: the process's peak RSS (``wait4``'s ``ru_maxrss``, what ``/usr/bin/ti
 trainer the peak before its first step (playing, the dataset, loading), over its steps (the first, and the most
 of the others) and after them (saving); and, over the first step, the peak of the bytes held by live torch
 tensors with the largest of them at that peak (``_tensor_peak.py``; PyTorch's allocator statistics exist on
-CUDA only). RSS peaks do not depend on the load of the machine; the times do.
+CUDA only); for an evaluation stage, what its local backends hold at the RSS peak (``PlayingPeak``: weights,
+keys and values, prefix caches). RSS peaks do not depend on the load of the machine; the times do.
 """
 
 from __future__ import annotations
@@ -152,6 +153,63 @@ def hook_episode_grpo(phases: Phases) -> None:
     episode_grpo.update_policy = update_policy
 
 
+class PlayingPeak:
+    """What the local backends hold at the RSS peak of a stage that plays episodes (a benchmark-only patch).
+
+    The scheduler runs in worker threads, one per backend, where a dispatch mode (``_tensor_peak.py``) is not
+    safe; so a thread samples the RSS every 20 ms and, at each new peak, adds up the backends' tensors: the
+    model weights (each storage once: an adapter shares its base's), the slot caches' keys and values and the
+    prefix caches. Activations are not counted, so this too is a lower bound of the live tensors."""
+
+    def __init__(self, phases: Phases) -> None:
+        import threading
+
+        from sotopia_env.backends.local import LocalBackend
+
+        self.phases, self.backends, self.peak = phases, [], 0
+        original = LocalBackend.__init__
+
+        def init(backend, *args, **kwargs):
+            original(backend, *args, **kwargs)
+            self.backends.append(backend)
+
+        LocalBackend.__init__ = init
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while True:
+            rss = _current_rss_mb()
+            if rss > self.peak:
+                self.peak = rss
+                self._describe()
+            time.sleep(0.02)
+
+    def _describe(self) -> None:
+        weights, kv, prefix = {}, 0, 0
+        for backend in list(self.backends):
+            lm = backend.lm
+            if lm is None:  # closed
+                continue
+            for tensor in (*lm.parameters(), *lm.buffers()):
+                weights[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+            kv += backend._scheduler.cache.nbytes() if backend._scheduler else 0
+            prefix += backend._prefix.nbytes if backend._prefix else 0
+        live = {"weights": sum(weights.values()), "slot caches": kv, "prefix caches": prefix}
+        self.phases.report["tensor_peak_mb"] = round(sum(live.values()) / MIB, 1)
+        models = sum(backend.lm is not None for backend in self.backends)
+        self.phases.report["largest"] = [
+            f"{nbytes / MIB:,.0f} MiB: {what}" + (f" ({models} models)" if what == "weights" else "")
+            for what, nbytes in live.items()
+        ]
+
+
+def _current_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def pipeline_config(work: Path):
     from sotopia_env.training.config import load_config
 
@@ -176,6 +234,9 @@ def run_child(stage: str, work: Path, rl_steps: int) -> dict[str, Any]:
         ctx.store.close()
     elif stage in PIPELINE_STAGES:
         from sotopia_env.training.pipeline import run_stages
+
+        if stage.startswith("eval-"):
+            PlayingPeak(phases)
 
         state, _ = run_stages(pipeline_config(work), only=[stage], progress=False)
         result = state.stages[stage]
