@@ -241,7 +241,7 @@ def run_child(stage: str, work: Path, rl_steps: int) -> dict[str, Any]:
         state, _ = run_stages(pipeline_config(work), only=[stage], progress=False)
         result = state.stages[stage]
         train = result.get("train") or {}
-        phases.report["what"] = f"{train['steps']} steps" if train else f"{sum(result['episodes'].values())} episodes"
+        phases.report["what"] = f"{train['steps']} steps" if train else f"{result['episodes']['total']} episodes"
     elif stage == "grpo":
         from sotopia_env.training.config import load_rl_config
         from sotopia_env.training.trainers import trainer_of
