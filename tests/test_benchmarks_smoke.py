@@ -25,6 +25,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "vs_sotopia.py": (["--venv", "/nonexistent/sotopia-bench-venv"], ["side by side", "prompt tokens"]),
     "startup.py": ([], ["wall time of a fresh process", "python -X importtime"]),
     "scale.py": ([], ["episodes per minute through sotopia-env benchmark"]),
+    "memory.py": ([], ["peak memory per stage, MiB"]),  # --quick: the model-free stages, a process each
 }
 if all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn", "websockets")):  # the server's 'view' extra
     SCRIPTS["server.py"] = ([], ["episodes per minute through the API with viewers attached, vs the CLI"])

@@ -41,7 +41,7 @@ class BaseTrainConfig:
     lr_scheduler_type: str = "linear"
     max_steps: int = -1  # > 0: the number of optimiser steps
     seed: int = 0
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True  # recompute each layer in the backward: 4.4 of a BC step's 5.4 GB otherwise
     bf16: bool | None = None
     qlora: bool | None = None
     save_steps: int = 50

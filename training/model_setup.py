@@ -23,6 +23,8 @@ from typing import Any
 
 from sotopia_env.model_ref import write_model_ref
 from sotopia_env.training.base_config import BaseTrainConfig
+from sotopia_env.training.lm_head import score_labelled_positions_only
+from sotopia_env.training.rss import keep_heap_small
 
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's cache, ideep's
 ONEDNN_CACHE_ENTRIES = "128"  # compiled bf16 primitives kept per cache: a forward and backward pass's shapes
@@ -123,9 +125,14 @@ def load_tokenizer(path: str, adapter: str | None = None):
 
 def load_model(path: str, bf16: bool, qlora: bool, gradient_checkpointing: bool):
     """The base model: bf16 (on CUDA; on a CPU the weights stay fp32 under autocast) or fp32, or 4-bit NF4 (bf16
-    compute) prepared for k-bit training."""
+    compute) prepared for k-bit training. From here on the process trains lean: freed activations leave the RSS
+    (``training.rss.keep_heap_small``) and TRL's LM head projects only the positions with a loss
+    (``training.lm_head``)."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    keep_heap_small()
+    score_labelled_positions_only()
 
     _, dtype = placement(bf16)
     if not qlora:

@@ -34,6 +34,7 @@ from sotopia_env.training.context import StageContext, StageResult
 from sotopia_env.training.distributed import is_main_process
 from sotopia_env.training.evaluate import eval_name, run_eval, stage_report
 from sotopia_env.training.rl_stage import run_rl
+from sotopia_env.training.rss import keep_heap_small
 from sotopia_env.training.sr import run_sr_round
 from sotopia_env.training.stages import trained_stages
 
@@ -121,6 +122,7 @@ def run_stages(
         if unknown:
             raise StageOrderError(f"unknown stage {unknown[0]!r} for this config (stages: {', '.join(wanted)})")
         wanted = [n for n in wanted if n in only]
+    keep_heap_small()  # what a stage's models and activations free leaves the RSS (training.rss)
     ctx = StageContext.open(config, progress)
     try:
         state = PipelineState.load(config.out)

@@ -16,6 +16,11 @@
 
 The loss of every step is returned (``TrainResult.losses``) and kept in
 ``output_dir/train_result.json``.
+
+Memory: each layer's activations are recomputed in the backward (``gradient_checkpointing``, on by default),
+the LM head projects only the completion's positions (``training.lm_head``) and freed activations leave the RSS
+(``training.rss.keep_heap_small``); ``tests/test_training_memory.py`` checks that the loss and its gradients are
+still plain cross-entropy over the completion, and ``benchmarks/memory.py`` measures each stage's peak.
 """
 
 from __future__ import annotations
@@ -87,10 +92,6 @@ class TrainResult:
 
 def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
     """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
-    from trl import SFTTrainer
-
-    from sotopia_env.embedded_models import resolve_model_path
-
     if len(dataset) == 0:
         raise ValueError("the training dataset is empty (did the filters drop every episode?)")
     prompt = dataset_prompt(dataset) or config.trained_prompt  # what the model directory records
@@ -101,24 +102,10 @@ def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = out / CHECKPOINTS_DIR
 
-    # 1-2. precision, tokenizer, base model
-    bf16, qlora = decide_precision(config, config.full_finetune)
-    base_path = resolve_model_path(config.base_model)
-    tokenizer = load_tokenizer(base_path, config.init_adapter)
-    model = load_model(base_path, bf16, qlora, config.gradient_checkpointing)
-
-    # 3. what to train: a new LoRA, the adapter being continued, or every weight
-    model, peft_config = adapter_setup(model, config, config.full_finetune)
+    # 1-3. precision, tokenizer, base model, what to train
+    trainer, bf16, qlora = sft_trainer(dataset, config, checkpoints)
 
     # 4. train, resuming from the last checkpoint if a previous run left one
-    args = sft_config(config, checkpoints, bf16)
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset.select_columns(["prompt", "completion"]),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-    )
     resume = last_checkpoint(checkpoints)
     trainer.train(resume_from_checkpoint=resume)
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
@@ -141,9 +128,31 @@ def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
         bf16=bf16,
     )
     finish(trainer, result, out / RESULT_FILE)
-    del trainer, model
+    del trainer
     release_memory()
     return result
+
+
+def sft_trainer(dataset, config: SFTTrainConfig, checkpoints: Path):
+    """``(trainer, bf16, qlora)``: TRL's ``SFTTrainer`` on ``dataset``, ready to train (steps 1-3 of the module
+    docstring)."""
+    from trl import SFTTrainer
+
+    from sotopia_env.embedded_models import resolve_model_path
+
+    bf16, qlora = decide_precision(config, config.full_finetune)
+    base_path = resolve_model_path(config.base_model)
+    tokenizer = load_tokenizer(base_path, config.init_adapter)
+    model = load_model(base_path, bf16, qlora, config.gradient_checkpointing)
+    model, peft_config = adapter_setup(model, config, config.full_finetune)  # a new LoRA, the one continued, or none
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(config, checkpoints, bf16),
+        train_dataset=dataset.select_columns(["prompt", "completion"]),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    return trainer, bf16, qlora
 
 
 def sft_config(config: SFTTrainConfig, output_dir: Path, bf16: bool):

@@ -178,7 +178,7 @@ class LocalBackend:
     ) -> LocalBackend:
         """Load an alias, hub id, model dir, or trained-model dir (``sotopia_model.json``), plus an optional LoRA.
         Its agents prompt as ``resolve.prompt_for_model(spec)`` says: a trained model as it was trained."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from sotopia_env.embedded_models import resolve_model_path
 
@@ -188,12 +188,9 @@ class LocalBackend:
         path = resolve_model_path(base)
         tok_source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else path
         tokenizer = AutoTokenizer.from_pretrained(tok_source)
-        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, dev))
+        model = shared_base(path, pick_dtype(dtype, dev), dev)
         if adapter:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
-        model.to(dev).eval()
+            model = with_adapter(model, adapter)
         name = f"{base}+{adapter}" if adapter else base
         return cls(
             model,
@@ -589,6 +586,36 @@ class LocalBackend:
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.model!r}, device={self.device}, max_batch_size={self.max_batch_size})"
+
+
+_loaded_bases: weakref.WeakValueDictionary[tuple[str, str, str], Any] = weakref.WeakValueDictionary()
+
+
+def shared_base(path: str, dtype: torch.dtype, device: torch.device) -> Any:
+    """The base model at ``path``, loaded once while any backend plays it or a LoRA on it (``with_adapter``): a
+    pipeline's evaluation plays the trained adapter against its base model, which held two copies of the weights
+    (0.5 GB each for SmolLM2-135M in fp32). Backends only read it (inference mode)."""
+    from transformers import AutoModelForCausalLM
+
+    key = (str(Path(path).resolve()) if Path(path).exists() else path, str(dtype), str(device))
+    model = _loaded_bases.get(key)
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        _loaded_bases[key] = model
+    return model
+
+
+def with_adapter(base: Any, adapter: str) -> Any:
+    """``base`` with the LoRA ``adapter`` on top, unmerged, on a copy of its modules that shares its weights (the
+    copy keeps ``base`` alive): merging would write the adapter into weights that other backends play."""
+    import copy
+
+    from peft import PeftModel
+
+    shared: dict[int, Any] = {id(t): t for t in (*base.parameters(), *base.buffers())}
+    model = PeftModel.from_pretrained(copy.deepcopy(base, memo=shared), adapter).eval()
+    object.__setattr__(model, "_shared_base", base)  # not a submodule; keeps the registry's entry while this plays
+    return model
 
 
 CLOSE_RESERVE = 6  # a row this close to its max_new_tokens closes its JSON ('"', '}', stop), once a character is whole
