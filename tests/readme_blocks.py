@@ -38,7 +38,7 @@ class _Page:
 
 
 def pages() -> list[Path]:
-    """The README, then every page of the site by name (``docs/_incoming/`` is not part of it)."""
+    """The README, then every page of the site by name."""
     return [README, *sorted(DOCS.glob("*.md"))]
 
 
