@@ -38,9 +38,9 @@ def main() -> None:
     rank = process_index()
     save = sft_module.save_adapter_spec
 
-    def hashing_save(trainer, out: Path, base_model: str) -> None:
+    def hashing_save(trainer, out: Path, *args) -> None:
         (report / f"weights-{out.name}-rank{rank}.txt").write_text(weights_hash(trainer.model))
-        save(trainer, out, base_model)
+        save(trainer, out, *args)
 
     async def recording_batch(jobs, store, tag, *args, **kwargs):
         with open(report / f"played-rank{rank}.txt", "a") as f:
