@@ -48,6 +48,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,9 +178,16 @@ def evaluate(spec: str, row: Row, split: str, args: argparse.Namespace, done: li
 # -- the stages -----------------------------------------------------------------------------------------------------
 
 
-def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
-    """Expert demonstrations on the train instances (deterministic: the same for every seed), then a LoRA SFT on
-    the won ones with training seed ``seed``."""
+def train_bc(
+    out: Path,
+    args: argparse.Namespace,
+    seed: int,
+    scenarios: str = "verifiable:train",
+    scenarios_dir: Sequence[str] = (),
+    example_filters: Sequence = (),
+) -> dict:
+    """Expert demonstrations on the ``scenarios`` (from ``scenarios_dir`` too; deterministic: the same for every
+    seed), then a LoRA SFT on the won ones (``example_filters`` drop turns) with training seed ``seed``."""
     from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.episodes.runner import play as play_episode
     from sotopia_env.evaluators import VerifiableJudge
@@ -188,7 +196,7 @@ def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
     from sotopia_env.training.experts import VerifiableExpert
     from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
-    rollout = make_rollout(rollout_config(args, "verifiable:train"), EXPERT)
+    rollout = make_rollout(rollout_config(args, scenarios, scenarios_dir=list(scenarios_dir)), EXPERT)
 
     async def demonstrations():
         return await asyncio.gather(
@@ -206,7 +214,7 @@ def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
         )
 
     logs = asyncio.run(demonstrations())
-    dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)])
+    dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)], example_filters)
     config = SFTTrainConfig(
         base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
         num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed,

@@ -26,14 +26,14 @@ by hand.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 from pathlib import Path
 
+import episode_rl
 from _common import machine_line
 from _stages import evaluate_kept, paired_interval, run_stage
-from episode_rl import EXPERT, play, rollout_config
+from episode_rl import play, rollout_config
 
 ROWS = ("base", "bc-shipped", "bc", "grpo")
 SHIPPED_TRAIN = "verifiable:persuasion:train"
@@ -50,37 +50,14 @@ def curriculum_dir(args: argparse.Namespace) -> list[str]:
 
 
 def train_bc(out: Path, args: argparse.Namespace, scenarios_dir: list[str]) -> dict:
-    """Expert demonstrations on the train starts (``scenarios_dir`` adds the curriculum), then a LoRA SFT on the
-    expert's turns of the won episodes, up to the deal."""
-    from sotopia_env.agents.rule_partners import RulePartner
-    from sotopia_env.episodes.runner import play as play_episode
-    from sotopia_env.evaluators import VerifiableJudge
-    from sotopia_env.training.dataset import build_dataset, min_goal, played_by
-    from sotopia_env.training.episode_grpo import make_rollout
+    """``episode_rl.train_bc`` on the shipped train starts (``scenarios_dir`` adds the curriculum): the expert's
+    turns of the won episodes up to the deal (its thank-you after the deal is left out)."""
     from sotopia_env.training.experts import VerifiableExpert
-    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
-    rollout = make_rollout(rollout_config(args, SHIPPED_TRAIN, scenarios_dir=scenarios_dir), EXPERT)
-
-    async def demonstrations():
-        agents = lambda: [VerifiableExpert(), RulePartner()]  # noqa: E731
-        return await asyncio.gather(
-            *(play_episode(s, agents(), VerifiableJudge(), rollout.env, [EXPERT, "rule-partner"], seed=args.seed)
-              for s in rollout.setups)
-        )  # fmt: skip
-
-    logs = asyncio.run(demonstrations())
-    thanks = VerifiableExpert.THANKS
-    before_thanks = lambda examples: [e for e in examples if thanks not in e.completion[-1]["content"]]  # noqa: E731
-    dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)], [before_thanks])
-    config = SFTTrainConfig(
-        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
-        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=args.seed,
-        progress=False,
-    )  # fmt: skip
-    result = train_sft(dataset, config)
-    won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
-    return {"note": f"{result.examples} turns of {won} won expert episodes (of {len(logs)}), {result.steps} steps"}
+    before_thanks = lambda examples: [  # noqa: E731
+        e for e in examples if VerifiableExpert.THANKS not in e.completion[-1]["content"]
+    ]
+    return episode_rl.train_bc(out, args, args.seed, SHIPPED_TRAIN, scenarios_dir, [before_thanks])
 
 
 def train_grpo(out: Path, bc: Path, args: argparse.Namespace, scenarios_dir: list[str]) -> dict:
