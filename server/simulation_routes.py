@@ -104,10 +104,11 @@ async def status(request: Request, sim_id: str) -> dict[str, Any]:
 )
 async def cancel(request: Request, sim_id: str) -> dict[str, Any]:
     found = await _found(request, sim_id)
-    if not isinstance(found, Simulation):
+    sim = await simulations_of(request).cancel(sim_id) if isinstance(found, Simulation) else None
+    if sim is None and isinstance(found, Simulation):  # another DELETE took it meanwhile
+        await _found(request, sim_id)  # 404, saying it was cancelled
+    if sim is None or sim.status != "cancelled":
         raise HTTPException(409, f"simulation {sim_id!r} has ended; its episode is {episode_id_of(sim_id)!r}")
-    sim = await simulations_of(request).cancel(sim_id)
-    assert sim is not None
     return sim.summary()
 
 

@@ -282,6 +282,8 @@ class Simulations:
             sim.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sim.task
+            if sim.ended:  # it ended (its episode stored) before the cancel reached it
+                return sim
         await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
         sim.status = "cancelled"
         sim.publish({"type": "end", "status": "cancelled", "episode_id": None, "episode_status": None, "error": None})

@@ -272,3 +272,22 @@ def test_a_benchmark_over_http_reports_progress_then_what_the_cli_reports(store)
     wolves, villagers = roles["werewolf"], roles["villager"]
     assert (wolves["games"], villagers["games"]) == (6, 9)  # three games: two wolves, three villagers each
     assert wolves["wins"] / 2 + villagers["wins"] / 3 == 3  # one team wins each game
+
+
+def test_delete_cancels_a_running_simulation_and_refuses_an_ended_one(store) -> None:
+    with (
+        scripted_models() as models,
+        server_thread(create_server(store, turn_timeout_s=30, api_base=models.base_url)) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        waiting = client.post("/api/simulations", json=simulation(models, agents=["human", "loopback"])).json()["id"]
+        cancelled = client.delete(f"/api/simulations/{waiting}")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        for gone in (client.get(f"/api/simulations/{waiting}"), client.delete(f"/api/simulations/{waiting}")):
+            assert gone.status_code == 404 and "cancelled" in gone.json()["detail"]
+        ended = client.post("/api/simulations", json=simulation(models)).json()["id"]
+        done = wait_until_ended(client, ended)  # still held in memory, as a live simulation that has ended
+        refused = client.delete(f"/api/simulations/{ended}")
+        assert refused.status_code == 409 and done["episode_id"] in refused.json()["detail"]
+        assert client.get(f"/api/simulations/{ended}").json()["status"] == "done"
+    assert store.get(done["episode_id"]).id == done["episode_id"] and not list(store.query(tag=None, limit=10))[1:]

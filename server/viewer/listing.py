@@ -23,6 +23,7 @@ from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.server.viewer.index import SEAT_AGGREGATES, Summary, SummaryIndex
 
 MAX_LIMIT = 500
+MAX_OFFSET = 2**53 - 1  # JSON's exact integers; a store's 64-bit offset overflows long before a page's offset does
 Order = Literal["asc", "desc"]
 _SORT = re.compile(r"^(created|[a-z][a-z0-9_]*)$")
 
@@ -50,8 +51,8 @@ class ListQuery:
             raise ValueError(f"seat must be a seat number (1, 2...) or one of {', '.join(SEAT_AGGREGATES)}")
         if self.order not in ("asc", "desc"):
             raise ValueError(f"order must be 'asc' or 'desc', not {self.order!r}")
-        if self.offset < 0 or not 1 <= self.limit <= MAX_LIMIT:
-            raise ValueError(f"offset must be >= 0 and limit between 1 and {MAX_LIMIT}")
+        if not 0 <= self.offset <= MAX_OFFSET or not 1 <= self.limit <= MAX_LIMIT:
+            raise ValueError(f"offset must be between 0 and {MAX_OFFSET} and limit between 1 and {MAX_LIMIT}")
 
     @property
     def needs_index(self) -> bool:

@@ -15,7 +15,7 @@ from sotopia_env.server.openapi import NOT_FOUND, error
 from sotopia_env.server.viewer import episode as ep
 from sotopia_env.server.viewer.context import SPLITS, Viewer, viewer
 from sotopia_env.server.viewer.index import SEAT_AGGREGATES
-from sotopia_env.server.viewer.listing import MAX_LIMIT, ListQuery, Order, list_episodes
+from sotopia_env.server.viewer.listing import MAX_LIMIT, MAX_OFFSET, ListQuery, Order, list_episodes
 
 router = APIRouter()
 SOTOPIA = [d.name for d in SOTOPIA_DIMENSIONS]
@@ -39,7 +39,7 @@ def list_query(
         "mean", description="Whose score sorts: 1, 2... or mean, max, min over seats.", pattern=SEAT_PATTERN
     ),
     order: Order = Query("desc", description="desc (newest/best first) or asc."),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     limit: int = Query(50, ge=1, le=MAX_LIMIT),
 ) -> ListQuery:
     """The list's query parameters, shared by the page and the JSON; empty values mean 'any'."""
