@@ -21,8 +21,12 @@ Per episode set, over speech turns (``speak``), the measures of ``talk_figures``
 checks a real episode with them):
 
 - on topic: the share that share a content word (``CONTENT_LETTERS`` letters or more, not one of the
-  ``stop-words`` package's English stop words) with the scenario's text or the speaker's own goal. The
-  partner's words do not count: two seats that talk about answering echo each other;
+  ``stop-words`` package's English stop words) with the scenario's text or the speaker's own goal, words
+  compared by their Snowball stem (``snowballstemmer``: "cooking" shares "cook", "meals" shares "meal"). The
+  partner's words do not count: two seats that talk about answering echo each other. "On topic, same form"
+  compares the words as written (the stricter figure);
+- example copies: the share that are the chat prompt's example line word for word (``CHAT_EXAMPLE``, an
+  opening on the scenario's topic): on topic by construction, so shown apart;
 - meta-talk: the share that talk about answering itself (``META_TALK``: "respond", "reply", "how to
   answer", "I will speak", "your turn", ...);
 - distinct openings: the share whose first three words (lower case) open no earlier speech turn of the
@@ -50,12 +54,14 @@ import tempfile
 import time
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import _common
 from _common import machine_line, print_table
 
 from sotopia_env.actions import ActionType
 from sotopia_env.episodes.log import EpisodeLog
+from sotopia_env.prompt import CHAT_EXAMPLE
 
 _ = _common
 TALK = (ActionType.speak, ActionType.non_verbal)
@@ -86,15 +92,25 @@ def stop_words() -> frozenset[str]:
     return frozenset(get_stop_words("en"))
 
 
-def content_words(text: str) -> set[str]:
-    """The words of ``text`` (lower case) of ``CONTENT_LETTERS`` letters or more that are not stop words."""
+@cache
+def stemmer() -> Any:
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+def content_words(text: str, stem: bool = False) -> set[str]:
+    """The words of ``text`` (lower case) of ``CONTENT_LETTERS`` letters or more that are not stop words; with
+    ``stem``, their Snowball stems (``cooking`` and ``cook`` are one word)."""
     found = {w.removesuffix("'s") for w in _WORD.findall(text.lower())}
-    return {w for w in found if len(w) >= CONTENT_LETTERS and w not in stop_words()}
+    words = [w for w in found if len(w) >= CONTENT_LETTERS and w not in stop_words()]
+    return set(stemmer().stemWords(words)) if stem else set(words)
 
 
-def is_on_topic(argument: str, scenario: str, goal: str) -> bool:
-    """Whether a speech turn shares a content word with the scenario's text or the speaker's own goal."""
-    return bool(content_words(argument) & (content_words(scenario) | content_words(goal)))
+def is_on_topic(argument: str, scenario: str, goal: str, stem: bool = True) -> bool:
+    """Whether a speech turn shares a content word (by stem, unless ``stem`` is off: then in the same form)
+    with the scenario's text or the speaker's own goal."""
+    return bool(content_words(argument, stem) & (content_words(scenario, stem) | content_words(goal, stem)))
 
 
 def is_meta_talk(argument: str) -> bool:
@@ -102,8 +118,9 @@ def is_meta_talk(argument: str) -> bool:
 
 
 def talk_figures(logs: list[EpisodeLog]) -> dict[str, float]:
-    """On topic, meta-talk and distinct openings over the speech turns of ``logs`` (NaN when there are none)."""
-    on_topic = meta = distinct = spoken = 0
+    """On topic (by stem, and in the same form), meta-talk, distinct openings and copies of the chat prompt's
+    example line over the speech turns of ``logs`` (NaN when there are none)."""
+    on_topic = same_form = meta = distinct = copies = spoken = 0
     for log in logs:
         goals = dict(zip(log.setup.agent_names, log.setup.scenario.goals, strict=True))
         opened: set[tuple[str, ...]] = set()
@@ -111,7 +128,10 @@ def talk_figures(logs: list[EpisodeLog]) -> dict[str, float]:
             if t.action.action_type is not ActionType.speak:
                 continue
             spoken += 1
-            on_topic += is_on_topic(t.action.argument, log.setup.scenario.scenario, goals.get(t.agent, ""))
+            said, scenario, goal = t.action.argument, log.setup.scenario.scenario, goals.get(t.agent, "")
+            on_topic += is_on_topic(said, scenario, goal)
+            same_form += is_on_topic(said, scenario, goal, stem=False)
+            copies += said.strip() == CHAT_EXAMPLE.format(topic=log.setup.scenario.topic)
             meta += is_meta_talk(t.action.argument)
             opening = tuple(t.action.argument.lower().split()[:3])
             distinct += opening not in opened
@@ -120,6 +140,8 @@ def talk_figures(logs: list[EpisodeLog]) -> dict[str, float]:
     return {
         "speech turns": spoken,
         "on topic": on_topic / spoken if spoken else nan,
+        "on topic, same form": same_form / spoken if spoken else nan,
+        "example copies": copies / spoken if spoken else nan,
         "meta-talk": meta / spoken if spoken else nan,
         "distinct openings": distinct / spoken if spoken else nan,
     }
@@ -287,11 +309,13 @@ def main() -> None:
     max_turns = args.max_turns or "as run's default"
     print_table(
         "Episode quality",
-        ["code", "prompt", "episodes", "speech turns", "on topic", "meta-talk", "distinct openings", "median turns"]
-        + ["empty speak/non-verbal", "verbatim repeats", "repeated openings", "early leaves (< #4)"],
+        ["code", "prompt", "episodes", "speech turns", "on topic", "on topic, same form", "example copies"]
+        + ["meta-talk", "distinct openings", "median turns", "empty speak/non-verbal", "verbatim repeats"]
+        + ["repeated openings", "early leaves (< #4)"],
         [
             [args.label or "-", ", ".join(prompts) or "-", len(logs), talk["speech turns"]]
-            + [f"{talk[k]:.0%}" for k in ("on topic", "meta-talk", "distinct openings")]
+            + [f"{talk[k]:.0%}" for k in ("on topic", "on topic, same form", "example copies")]
+            + [f"{talk[k]:.0%}" for k in ("meta-talk", "distinct openings")]
             + [total["median turns"], f"{total['empty']:.0%}", f"{total['repeats']:.0%}"]
             + [f"{total['openings']:.0%}", f"{total['early leaves']} of {len(logs)}"]
         ],

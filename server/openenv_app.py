@@ -70,6 +70,7 @@ class SeatObservation(Observation):
     recipients: list[str] = Field(default_factory=list)
     phase: str = ""
     choices: list[str] = Field(default_factory=list)
+    topic: str = ""  # what the scenario is about, in a few words
     error: str | None = None
     rated: bool | None = None
     termination_reason: str | None = None

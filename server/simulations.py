@@ -204,6 +204,10 @@ class Simulations:
             for name, spec in zip(sim.plan.setup.agent_names, sim.plan.specs, strict=True)
         ]
 
+    def _players(self, sim: Simulation) -> tuple[Any, Any]:
+        """The judge and the agents of ``sim``."""
+        return make_evaluator(sim.plan.evaluator, sim.request.dimensions, sim.plan.api_base), self._agents(sim)
+
     async def _stored(self, sim: Simulation) -> EpisodeLog | None:
         try:
             return await asyncio.to_thread(self.store.get, sim.episode_id)
@@ -243,9 +247,8 @@ class Simulations:
         request = sim.request
         job = Job(sim.plan.setup, sim.plan.specs, seed=request.seed, episode_id=sim.episode_id)
         writer = StoreWriter(self.store, request.tag)
-        try:
-            judge = make_evaluator(sim.plan.evaluator, request.dimensions, sim.plan.api_base)
-            agents: Any = self._agents(sim)
+        try:  # in a thread: a local model's first load imports torch and reads weights (seconds of a stalled loop)
+            judge, agents = await asyncio.to_thread(self._players, sim)
         except Exception as exc:  # a spec that cannot be built: the episode fails with the reason, as in a batch
             judge, agents = None, _raising(exc)
         log = await run_episode(

@@ -140,7 +140,7 @@ class SocialEnv(ParallelEnv):
         self.possible_agents = self.setup.agent_names
         self.agents = list(self.possible_agents)
         self._views = [
-            SeatView(name, background_for(self.setup, seat), labels_for(self.setup, seat))
+            SeatView(name, background_for(self.setup, seat), labels_for(self.setup, seat), self.setup.scenario.topic)
             for seat, name in enumerate(self.agents)
         ]
         game = self.setup.scenario.game

@@ -48,6 +48,7 @@ class Observation(BaseModel):
     recipients: list[str] = []
     phase: str = ""
     choices: list[str] = []
+    topic: str = ""  # what the scenario is about, in a few words (``Scenario.topic``); empty where unknown
 
     @classmethod
     def from_env(cls, obs: dict[str, Any] | Observation) -> Observation:
@@ -76,6 +77,7 @@ class Observation(BaseModel):
             recipients=list(obs.get("recipients", ())),
             phase=str(obs.get("phase", "")),
             choices=list(obs.get("choices", ())),
+            topic=str(obs.get("topic", "")),
         )
 
     @property
@@ -211,8 +213,8 @@ class SeatView:
     since its last call (re-rendering the whole history for every agent at every step made an env step
     quadratic in the episode's length). ``turns`` must only grow between calls, as an episode's do."""
 
-    def __init__(self, name: str, background: str, labels: dict[str, str]) -> None:
-        self.name, self.background, self.labels = name, background, labels
+    def __init__(self, name: str, background: str, labels: dict[str, str], topic: str = "") -> None:
+        self.name, self.background, self.labels, self.topic = name, background, labels, topic
         self._entries: list[dict[str, Any]] = []
         self._lines: list[str] = []
         self._seen = 0  # turns looked at (some may not have been observed)
@@ -255,4 +257,5 @@ class SeatView:
             "recipients": tuple(recipients),
             "phase": phase,
             "choices": tuple(choices),
+            "topic": self.topic,
         }

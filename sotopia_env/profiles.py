@@ -132,6 +132,11 @@ class Scenario(_Strict):
     relationships: list[list[Relationship]] | None = None  # seat x seat, where pairs differ (``relationship_at``)
     game: GameSpec | None = None  # roles, phases and rules of a game (``sotopia_env.games``)
 
+    @property
+    def topic(self) -> str:
+        """What the scenario is about, in a few words (its codename as words: ``inherited lake cabin``)."""
+        return self.codename.replace("_", " ").strip()
+
     @field_validator("relationship", mode="before")
     @classmethod
     def _relationship(cls, value: object) -> Relationship:

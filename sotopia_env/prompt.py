@@ -11,11 +11,13 @@ Two prompts (``PROMPTS``), chosen per model (``sotopia_env.backends.resolve.prom
   the system message; the conversation as a transcript in one user message. For API models, and for
   ``benchmark --protocol``.
 - ``chat`` (``chat_prompt``): for small instruction-tuned models, run here (the embedded SmolLM2-135M). The
-  seat's character, scenario and goal in a short system message that ends with one instruction; the
-  conversation so far as chat turns (the others' lines as ``user``, the seat's own actions as ``assistant``,
-  in the JSON it wrote them in). The JSON itself is the grammar's job (the local backend constrains the reply
-  to the action schema), so the prompt only shows its shape once. A game (a phase, a list of choices) is
-  rendered as ``sotopia``: its rules need the long form.
+  seat's character, scenario and goal in a short system message that ends with one instruction, naming what the
+  scenario is about (``Observation.topic``), and one in-character example line that opens on that topic (the
+  embedded model's lines then talk about the scenario, not about answering: ``benchmarks/episode_quality.py``
+  measures it); then the conversation so far as chat turns (the others' lines as ``user``, the seat's own
+  actions as ``assistant``, in the JSON it wrote them in). The JSON itself is the grammar's job (the local
+  backend constrains the reply to the action schema), so the prompt only shows its shape once. A game (a phase,
+  a list of choices) is rendered as ``sotopia``: its rules need the long form.
 
 Which prompt a result was played under is recorded per episode (``episodes.protocol``), so results under
 different prompts never share a protocol card.
@@ -103,6 +105,7 @@ def sotopia_prompt(observation: Observation) -> list[dict[str, str]]:
 
 
 CHAT_FORMAT = '{"action_type": "speak", "argument": "..."}'
+CHAT_EXAMPLE = "I was hoping we could talk about the {topic}."  # an in-character opening, on the topic
 _GOAL_TAGS = re.compile(r"</?[a-z_]+>")  # SOTOPIA's <extra_info>, <strategy_hint>
 _ME = re.compile(r"You are (?P<name>.+?)\. (?:Name: .+?\. (?P<who>\d+-year-old [^,]+), pronouns)?")
 _OTHER = re.compile(r"(?:The other|Another) participant \((?P<label>.+?)\), (?P<relation>.+?): ")
@@ -125,9 +128,10 @@ def seat_brief(background: str) -> dict[str, Any]:
 
 
 def chat_prompt(observation: Observation) -> list[dict[str, str]]:
-    """System: the seat's character, the others present, the scenario, its goal, and one instruction with the
-    reply's shape. Then the conversation as chat turns: the others' lines as ``user`` messages (their words, a
-    gesture between asterisks), the seat's own as ``assistant`` messages in the JSON it wrote. The seat's own
+    """System: the seat's character, the others present, the scenario, its goal, and one instruction: what to
+    talk about (the scenario's topic, where known), with an example line in the reply's shape. Then the
+    conversation as chat turns: the others' lines as ``user`` messages (their words, a gesture between
+    asterisks), the seat's own as ``assistant`` messages in the JSON it wrote. The seat's own
     goal only: the others' goals and secrets are never in its background.
 
     A turn's prompt is the previous turn's plus the new lines, so a prefix cache recomputes only those."""
@@ -139,12 +143,16 @@ def chat_prompt(observation: Observation) -> list[dict[str, str]]:
     others = brief["others"]
     partner = others[0][0] if len(others) == 1 else "the others"
     company = "; ".join(f"{label}, {relation}" for label, relation in others)
+    about = f" about the {obs.topic}" if obs.topic else ""
+    example = (
+        f"For example: {CHAT_FORMAT.replace('...', CHAT_EXAMPLE.format(topic=obs.topic))}" if obs.topic else CHAT_FORMAT
+    )
     system = (
         f"You are {brief['me'] or obs.agent}. You are with {company or 'someone'}.\n\n"
         f"Scenario: {brief['scenario']}\n\n"
         f"Your goal: {brief['goal']}\n\n"
-        f"Say what {first} says next to {partner}: one or two short sentences that move toward your goal. "
-        f"{CHAT_FORMAT}"
+        f"Say what {first} says next to {partner}{about}: one or two short sentences that move toward your goal. "
+        f"{example}"
     )
     messages = [{"role": "system", "content": system}]
     named = len(others) > 1

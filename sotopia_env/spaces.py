@@ -73,5 +73,6 @@ def observation_space(max_turns: int) -> spaces.Dict:
             "recipients": names,
             "phase": FreeText(max_length=200),
             "choices": spaces.Sequence(FreeText(max_length=400), stack=False),
+            "topic": FreeText(),
         }
     )

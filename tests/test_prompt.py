@@ -63,7 +63,9 @@ def test_chat_prompt_holds_the_seats_character_and_own_goal_only(two_friends) ->
     assert two_friends.scenario.scenario in text and f"Your goal: {goals[0]}" in text
     assert goals[1] not in text  # the partner's goal,
     assert other.secret not in text and me.secret not in text  # and secrets, are not said
-    assert text.endswith('{"action_type": "speak", "argument": "..."}') and "respond" not in text.lower()
+    topic = two_friends.scenario.topic  # what to talk about, and an opening on it, in the reply's JSON
+    assert f"says next to {other.name} about the {topic}:" in text and "respond" not in text.lower()
+    assert text.endswith(f'{{"action_type": "speak", "argument": "I was hoping we could talk about the {topic}."}}')
     partner_system = render_prompt(obs[other.name], CHAT)[0]["content"]
     assert goals[1] in partner_system and goals[0] not in partner_system
 

@@ -183,8 +183,17 @@ def test_store_pages_match_index_pages(store, order, offset, tag):
 
 @pytest.mark.parametrize(
     "params",
-    ["status=done", "seat=third", "seat=0", "sort=Goal;drop", "order=sideways", "limit=0", "limit=501", "offset=-1",
-     "offset=679086136422900563968"],
+    [
+        "status=done",
+        "seat=third",
+        "seat=0",
+        "sort=Goal;drop",
+        "order=sideways",
+        "limit=0",
+        "limit=501",
+        "offset=-1",
+        "offset=679086136422900563968",
+    ],
 )
 def test_bad_parameters_are_rejected(client, params):
     r = client.get(f"/api/episodes?{params}")

@@ -125,7 +125,7 @@ class SeatSession:
         self.name = setup.agent_names[seat]
         self.log: EpisodeLog | None = None
         self.turn: SeatTurn | None = None
-        self._view = SeatView(self.name, background_for(setup, seat), labels_for(setup, seat))
+        self._view = SeatView(self.name, background_for(setup, seat), labels_for(setup, seat), setup.scenario.topic)
         self._seen = 0  # history entries the seat has been shown
         self._refused = 0
         self._task: asyncio.Task[EpisodeLog] | None = None
