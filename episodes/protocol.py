@@ -188,6 +188,7 @@ def _placeholder_observation() -> Observation:
         history=history,
         available_actions=[a.value for a in ActionType],
         text="{text}",
+        topic=setup.scenario.topic,
     )
 
 
