@@ -104,12 +104,13 @@ async def status(request: Request, sim_id: str) -> dict[str, Any]:
 )
 async def cancel(request: Request, sim_id: str) -> dict[str, Any]:
     found = await _found(request, sim_id)
-    sim = await simulations_of(request).cancel(sim_id) if isinstance(found, Simulation) else None
-    if sim is None and isinstance(found, Simulation):  # another DELETE took it meanwhile
-        await _found(request, sim_id)  # 404, saying it was cancelled
-    if sim is None or sim.status != "cancelled":
-        raise HTTPException(409, f"simulation {sim_id!r} has ended; its episode is {episode_id_of(sim_id)!r}")
-    return sim.summary()
+    if isinstance(found, Simulation):
+        sim = await simulations_of(request).cancel(sim_id)
+        if sim is None:  # another DELETE took it meanwhile
+            await _found(request, sim_id)  # a 404 saying it was cancelled (unless its episode was stored)
+        elif sim.status == "cancelled":
+            return sim.summary()
+    raise HTTPException(409, f"simulation {sim_id!r} has ended; its episode is {episode_id_of(sim_id)!r}")
 
 
 @router.websocket("/simulations/{sim_id}/stream")

@@ -55,7 +55,7 @@ from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
 from sotopia_env.library import Library, load_library
 from sotopia_env.limits import DEFAULT_MAX_TURNS
-from sotopia_env.observation import SeatView, background_for, labels_for
+from sotopia_env.observation import SeatView
 from sotopia_env.rewards import rating_reward
 from sotopia_env.sampler import sample_setup
 from sotopia_env.spaces import action_space, observation_space
@@ -139,10 +139,7 @@ class SocialEnv(ParallelEnv):
             self.setup = self._fixed_setup
         self.possible_agents = self.setup.agent_names
         self.agents = list(self.possible_agents)
-        self._views = [
-            SeatView(name, background_for(self.setup, seat), labels_for(self.setup, seat), self.setup.scenario.topic)
-            for seat, name in enumerate(self.agents)
-        ]
+        self._views = [SeatView.of(self.setup, seat) for seat in range(len(self.agents))]
         game = self.setup.scenario.game
         self.game = GameMaster(game, self.agents) if game is not None else None
         self.turns = []

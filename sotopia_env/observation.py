@@ -219,6 +219,12 @@ class SeatView:
         self._lines: list[str] = []
         self._seen = 0  # turns looked at (some may not have been observed)
 
+    @classmethod
+    def of(cls, setup: EpisodeSetup, seat: int) -> SeatView:
+        """The view of ``seat`` in ``setup``: its name, background, labels for the others, and the topic."""
+        name = setup.agent_names[seat]
+        return cls(name, background_for(setup, seat), labels_for(setup, seat), setup.scenario.topic)
+
     def observe(
         self,
         turns: list[Turn],

@@ -38,7 +38,7 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.evaluators import Evaluator
-from sotopia_env.observation import Observation, SeatView, background_for, labels_for
+from sotopia_env.observation import Observation, SeatView
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 from sotopia_env.rewards import episode_reward
 
@@ -125,7 +125,7 @@ class SeatSession:
         self.name = setup.agent_names[seat]
         self.log: EpisodeLog | None = None
         self.turn: SeatTurn | None = None
-        self._view = SeatView(self.name, background_for(setup, seat), labels_for(setup, seat), setup.scenario.topic)
+        self._view = SeatView.of(setup, seat)
         self._seen = 0  # history entries the seat has been shown
         self._refused = 0
         self._task: asyncio.Task[EpisodeLog] | None = None
