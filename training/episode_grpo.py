@@ -48,7 +48,7 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,9 +76,11 @@ from sotopia_env.training.model_setup import (
     save_model_spec,
     weights_placement,
 )
+from sotopia_env.training.policy_server import template_problem
 from sotopia_env.training.rl.registry import TaskError
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 from sotopia_env.training.rss import peak_rss_mb, reset_peak_rss, trim_heap
+from sotopia_env.training.served_policy import RolloutServer, RolloutServerConfig
 from sotopia_env.training.shared_prefix import packed_logprobs, prefix_batches, scored
 
 FROZEN_POLICY = "policy"  # the partner spec for a frozen copy of the starting policy
@@ -109,7 +111,8 @@ class EpisodeGRPOConfig(BaseTrainConfig):
     temperature: float = 1.0
     max_completion_length: int = 64  # tokens per policy turn
     constrained: bool = True  # the policy's actions are schema-constrained (as LLMAgent's are by default)
-    api_base: str | None = None  # serves the partner and the evaluator (the policy generates locally)
+    api_base: str | None = None  # serves the partner and the evaluator
+    rollout_server: RolloutServerConfig | None = None  # the policy's turns on a vLLM server (``served_policy``)
     # the signal
     scale_rewards: Literal["group", "batch", "none"] = "batch"  # divide the centred rewards by this std
     dynamic_sampling: bool = True  # rest starts without signal; play more groups until enough carry signal
@@ -147,6 +150,8 @@ class EpisodeGRPOConfig(BaseTrainConfig):
             raise ValueError("epsilon must be in (0, 1), epsilon_high positive, importance_sampling_cap at least 1")
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
+        if self.rollout_server is not None and (problem := template_problem(self.rollout_server)):
+            raise ValueError(f"rollout_server.{problem[0]}: {problem[1]}")
 
 
 # -- advantages ---------------------------------------------------------------------------------------------------
@@ -365,6 +370,24 @@ def update_policy(
     return loss_value, stats, tokens
 
 
+def score_served(model: Any, samples: Sequence[Sample], config: EpisodeGRPOConfig, bf16: bool = False) -> None:
+    """Fill in ``logprobs`` of the samples a rollout server sampled: the policy's, under the trainer's weights
+    (those the server was given), at the rollout temperature; one forward pass per batch, no gradient."""
+    import torch
+
+    served = [s for s in samples if s.logprobs is None]
+    for sample in served:
+        sample.logprobs = [0.0] * len(sample.completion_ids)  # a placeholder ``pack`` can read
+    model.eval()
+    with torch.no_grad(), cpu_autocast(bf16):
+        for shared, chunk in loss_batches(model, [(s, 0.0) for s in served], config):
+            batch_samples = [s for s, _ in chunk]
+            batch = pack(batch_samples, pad_id=0, device=model.device)
+            logp, _ = sample_logprobs(model, batch_samples, batch, shared, config.temperature)
+            for row, sample in zip(logp.float().tolist(), batch_samples, strict=True):
+                sample.logprobs = row[len(row) - len(sample.completion_ids) :]
+
+
 def loss_batches(
     model: Any, trained: Sequence[tuple[Sample, float]], config: EpisodeGRPOConfig
 ) -> list[tuple[int, list[tuple[Sample, float]]]]:
@@ -488,16 +511,24 @@ def train_in_this_process(config: EpisodeGRPOConfig) -> GRPOResult:
 
     # generation and updates share one thread (see policy_backend); on CPU a second thread ran twice as slow
     torch_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-grpo")
-    with torch_thread, progress_bar("episode GRPO", config.max_steps, config.progress) as show:
+    served = config.rollout_server and RolloutServer(config.rollout_server, out, config.base_model, tokenizer)
+    with (
+        torch_thread,
+        served or contextlib.nullcontext(),
+        progress_bar("episode GRPO", config.max_steps, config.progress) as show,
+    ):
         show(len(log))
         for step in range(len(log) + 1, config.max_steps + 1):
             t0 = time.perf_counter()
             reset_peak_rss()
-            backend = policy_backend(
-                model, tokenizer, policy_spec, config.group_size * config.groups_per_step, torch_thread
-            )
+            if served:  # the trainer's adapter as it is now, on the server
+                backend = served.backend(model, step)
+            else:
+                backend = policy_backend(
+                    model, tokenizer, policy_spec, config.group_size * config.groups_per_step, torch_thread
+                )
             # 1-3. groups until enough carry signal (or the resampling bound is reached)
-            groups, skipped, played = play_groups(config, rollout, picker, backend, step)
+            groups, skipped, played = play_groups(config, rollout, picker, backend, step, served and served.guard)
             rollout_s = time.perf_counter() - t0
             backend.close()  # its prefix cache (the model is the loop's); the next step makes a fresh one
             signal = [g for g in groups if g[1]]
@@ -514,7 +545,9 @@ def train_in_this_process(config: EpisodeGRPOConfig) -> GRPOResult:
                 if a
                 for sample in episode.samples
             ]
-            # 5. the update
+            # 5. the update (served samples are first scored under the weights the server had)
+            if served:
+                torch_thread.submit(score_served, model, [s for s, _ in trained], config, bf16).result()
             update = torch_thread.submit(update_policy, model, optimizer, trained, config, bf16)
             loss_value, stats, tokens = update.result()
             scheduler.step()  # once per GRPO step, whether or not it trained
@@ -560,11 +593,17 @@ Group = tuple[list[Episode], bool]  # the group's episodes, and whether it carri
 
 
 def play_groups(
-    config: EpisodeGRPOConfig, rollout: Rollout, picker: StartPicker, backend: Any, step: int
+    config: EpisodeGRPOConfig,
+    rollout: Rollout,
+    picker: StartPicker,
+    backend: Any,
+    step: int,
+    guard: Callable[[Awaitable[Any]], Awaitable[Any]] | None = None,
 ) -> tuple[list[Group], int, int]:
     """The step's groups (played concurrently, ``group_size`` seeds per start), the starts skipped, and the
     groups played; with dynamic sampling, rounds of extra groups replace those without signal, up to
-    ``max_resample_groups`` extra groups."""
+    ``max_resample_groups`` extra groups. ``guard`` wraps each round (a rollout server's: it ends the round
+    when the server dies)."""
     groups: list[Group] = []
     skipped_total, extra = 0, 0
     wanted = config.groups_per_step
@@ -576,7 +615,8 @@ def play_groups(
             for g, start in enumerate(starts)
             for i in range(config.group_size)
         ]
-        episodes = asyncio.run(play_many(rollout, backend, seeds))
+        work = play_many(rollout, backend, seeds)
+        episodes = asyncio.run(guard(work) if guard else work)
         for g, start in enumerate(starts):
             group = episodes[g * config.group_size : (g + 1) * config.group_size]
             groups.append((group, picker.record(start, step, [e.reward for e in group])))

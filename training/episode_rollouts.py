@@ -41,7 +41,8 @@ DECIDING = ("accept", "leave", "goodbye")  # the partner's moves after which not
 
 
 class MissingSampledIds(RuntimeError):
-    """The policy's backend returned a completion without the ids it sampled (it must be a ``LocalBackend``)."""
+    """The policy's backend returned a completion without the ids it sampled (it must be a ``LocalBackend`` or
+    a ``served_policy.ServedPolicyBackend``)."""
 
 
 class RecordingBackend:
@@ -68,7 +69,7 @@ class Sample:
 
     prompt_ids: list[int]
     completion_ids: list[int]
-    logprobs: list[float]
+    logprobs: list[float] | None  # None: sampled by a server; the trainer scores it (``episode_grpo.score_served``)
     sampler_logprobs: list[float]
 
 
@@ -77,11 +78,11 @@ def sample_of(completion: Completion) -> Sample:
     meta = completion.meta
     if "token_ids" not in meta:
         raise MissingSampledIds(
-            "the policy's completion has no sampled token ids: episode GRPO needs a LocalBackend asked for logprobs"
+            "the policy's completion has no sampled token ids: episode GRPO needs a LocalBackend asked for logprobs "
+            "or a rollout server"
         )
-    return Sample(
-        list(meta["prompt_ids"]), list(meta["token_ids"]), list(meta["logprobs"]), list(meta["sampler_logprobs"])
-    )
+    logprobs = None if meta["logprobs"] is None else list(meta["logprobs"])
+    return Sample(list(meta["prompt_ids"]), list(meta["token_ids"]), logprobs, list(meta["sampler_logprobs"]))
 
 
 class CreditingAgent:

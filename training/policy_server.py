@@ -53,6 +53,7 @@ class PolicyServerConfig:
     """How to serve the policy while a stage plays it (see the module docstring)."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")
+    section = "policy_server"  # where it is set, for the error lines (not a field)
 
     command: str = DEFAULT_COMMAND  # a policy with a LoRA adapter
     full_command: str = DEFAULT_FULL_COMMAND  # a policy without one: the base model, a full fine-tune
@@ -104,8 +105,11 @@ def server_argv(config: PolicyServerConfig, policy: str, port: int) -> list[str]
 class PolicyServer:
     """One running server for one policy; a context manager that starts it healthy and stops it."""
 
-    def __init__(self, config: PolicyServerConfig, policy: str, log_path: Path) -> None:
+    def __init__(
+        self, config: PolicyServerConfig, policy: str, log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.config = config
+        self.env = {**os.environ, **env} if env else None  # added to the server's environment
         self.port = config.port or free_port()
         self.argv = server_argv(config, policy, self.port)
         self.health_url = config.health_url.format(port=self.port)
@@ -128,12 +132,17 @@ class PolicyServer:
         with open(self.log_path, "ab") as log:
             try:
                 self.process = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=self.env,
                 )
             except OSError as exc:
                 raise PolicyServerError(
                     f"policy server: cannot run {self.argv[0]!r} ({exc.strerror or exc}); "
-                    "install it (vLLM: pip install vllm) or set policy_server.command"
+                    f"install it (vLLM: pip install vllm) or set {self.config.section}.command"
                 ) from None
         try:
             self._wait_healthy()
@@ -149,7 +158,7 @@ class PolicyServer:
             if time.monotonic() > deadline:
                 raise PolicyServerError(
                     f"policy server {self._name()}: not healthy at {self.health_url} after "
-                    f"{self.config.start_timeout:g} s (policy_server.start_timeout); log: {self.log_path}"
+                    f"{self.config.start_timeout:g} s ({self.config.section}.start_timeout); log: {self.log_path}"
                 )
             time.sleep(0.1)
 
