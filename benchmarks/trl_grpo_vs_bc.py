@@ -15,6 +15,9 @@ against its BC start.
 
 Prints the mean goal and success rate of BC and of BC + GRPO, and the paired difference (GRPO - BC per instance,
 averaged over its seeds) with a 95% bootstrap interval over instances. No target on CPU.
+
+A stopped run resumes: the adapters saved in ``--keep`` (``bc/``, ``grpo/``) are loaded rather than trained again,
+and the evaluation episodes already played (``scores-*.jsonl``) are not played again.
 """
 
 from __future__ import annotations
@@ -34,10 +37,16 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def bc_stage(path: str, tokenizer, rows, out: Path, steps: int, maker):
+    """The BC adapter, trained, or loaded from ``out/bc`` where a run before this one saved it."""
     import torch
-    from peft import LoraConfig
+    from peft import LoraConfig, PeftModel
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
+
+    if (out / "bc" / "adapter_model.safetensors").exists():
+        print(f"BC: loading the adapter saved in {out / 'bc'}", flush=True)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        return PeftModel.from_pretrained(base, str(out / "bc"), is_trainable=True)
 
     from sotopia_env.training.trl_env import expert_tool_dataset, tool_transcripts
 
@@ -64,8 +73,18 @@ def bc_stage(path: str, tokenizer, rows, out: Path, steps: int, maker):
     return trainer.model
 
 
-def grpo_stage(model, tokenizer, rows, out: Path, steps: int, maker):
+def grpo_stage(path: str, model, tokenizer, rows, out: Path, steps: int, maker):
+    """BC + GRPO: trained from the BC model, or loaded from ``out/grpo`` where a run before this one saved it."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
+
+    if (out / "grpo" / "adapter_model.safetensors").exists():
+        print(f"GRPO: loading the adapter saved in {out / 'grpo'}", flush=True)
+        return PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), str(out / "grpo")
+        )
 
     from sotopia_env.training.seat_rows import trl_dataset
     from sotopia_env.training.trl_env import tool_env_factory
@@ -120,14 +139,28 @@ def play_with_tools(
     return env.get_reward()
 
 
-def evaluate(model, tokenizer, rows, k: int, maker):
+def evaluate(model, tokenizer, rows, k: int, maker, saved: Path):
+    """Goal per (scenario, seed); kept in ``saved`` (JSON lines) so that a stopped run resumes where it was."""
+    import json
+
     from sotopia_env.training.trl_env import SocialToolEnv
 
+    scores = {}
+    if saved.exists():
+        for line in saved.read_text().splitlines():
+            entry = json.loads(line)
+            scores[(entry["scenario"], entry["seed"])] = entry["goal"]
     model.eval()
     env = SocialToolEnv(maker)
-    return {
-        (row.scenario, seed): play_with_tools(model, tokenizer, env, row, seed) for row in rows for seed in range(k)
-    }
+    with saved.open("a") as log:
+        for row in rows:
+            for seed in range(k):
+                if (row.scenario, seed) not in scores:
+                    goal = scores[(row.scenario, seed)] = play_with_tools(model, tokenizer, env, row, seed)
+                    log.write(json.dumps({"scenario": row.scenario, "seed": seed, "goal": goal}) + "\n")
+                    log.flush()
+        print(f"evaluated {len(scores)} episodes into {saved}", flush=True)
+    return scores
 
 
 def main() -> None:
@@ -157,9 +190,9 @@ def main() -> None:
     dev = seat_rows("verifiable:dev", library=maker.library)[: args.dev_limit]
     started = time.perf_counter()
     bc = bc_stage(path, tokenizer, train, out, args.bc_steps, maker)
-    scores = {"BC": evaluate(bc, tokenizer, dev, args.k, maker)}
-    grpo = grpo_stage(copy.deepcopy(bc).train(), tokenizer, train, out, args.grpo_steps, maker)
-    scores["BC + GRPO (TRL)"] = evaluate(grpo, tokenizer, dev, args.k, maker)
+    scores = {"BC": evaluate(bc, tokenizer, dev, args.k, maker, out / "scores-bc.jsonl")}
+    grpo = grpo_stage(path, copy.deepcopy(bc).train(), tokenizer, train, out, args.grpo_steps, maker)
+    scores["BC + GRPO (TRL)"] = evaluate(grpo, tokenizer, dev, args.k, maker, out / "scores-grpo.jsonl")
 
     table = []
     for name, by_start in scores.items():
