@@ -366,7 +366,7 @@ async def four_turns(backend: OpenAIHTTPBackend) -> Any:
     for i in range(4):
         (out,) = await backend.generate([ask(f"turn {i}")])
         assert out.ok
-    return await backend._session()
+    return await backend._sessions.get()
 
 
 def test_http_client_reuses_connections_and_closes_at_loop_shutdown(server: Server) -> None:
@@ -383,7 +383,7 @@ def test_http_client_reuses_connections_and_closes_at_loop_shutdown(server: Serv
         gc.collect()
     assert len(srv.requests) == 12
     assert srv.connections == 3  # one keep-alive connection per event loop, not one per call
-    assert not backend._sessions  # nothing kept for loops that are gone
+    assert not len(backend._sessions)  # nothing kept for loops that are gone
 
 
 def test_resolve_backend_picks_the_http_client_for_servers() -> None:

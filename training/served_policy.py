@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from sotopia_env.backends.base import ChatRequest, Completion, describe, prompt_text
+from sotopia_env.backends.loop_sessions import LoopSessions
 from sotopia_env.training.policy_server import SERVED_MODEL, PolicyServer, PolicyServerConfig, PolicyServerError
 
 ROLLOUT_COMMAND = (
@@ -64,13 +65,11 @@ class ServedPolicyBackend:
 
     def __init__(self, api_base: str, name: str, tokenizer: Any, timeout_s: float = 600.0) -> None:
         self.api_base, self.model, self.tokenizer, self.timeout_s = api_base, name, tokenizer, timeout_s
+        self._sessions = LoopSessions()
 
     async def generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            return list(await asyncio.gather(*(self._one(session, r) for r in requests)))
+        session = await self._sessions.get()
+        return list(await asyncio.gather(*(self._one(session, r) for r in requests)))
 
     def close(self) -> None:
         """Nothing to free here (the server holds the weights)."""
@@ -86,11 +85,14 @@ class ServedPolicyBackend:
         return body
 
     async def _one(self, session: Any, request: ChatRequest) -> Completion:
+        import aiohttp
+
         text = prompt_text(request.messages, self.tokenizer)
         prompt_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         started = time.perf_counter()
         try:
-            async with session.post(f"{self.api_base}/completions", json=self.body(request, prompt_ids)) as reply:
+            url, timeout = f"{self.api_base}/completions", aiohttp.ClientTimeout(total=self.timeout_s)
+            async with session.post(url, json=self.body(request, prompt_ids), timeout=timeout) as reply:
                 data = await reply.json(content_type=None)
                 if reply.status != 200:
                     raise RuntimeError(f"HTTP {reply.status}: {_message(data)}")

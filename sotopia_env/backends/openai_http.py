@@ -8,8 +8,7 @@ litellm costs 5-9 ms of CPU per call, which caps one event loop at a few hundred
 concurrent episodes against a 200 ms server litellm reached 41% of the latency-bound ideal, this client 97%
 (``benchmarks/throughput.py``).
 
-Sessions are made lazily inside the running loop. A small keeper task per session closes it when the loop
-shuts down (``asyncio.run`` cancels it at the end), so nothing leaks across ``asyncio.run`` calls;
+Sessions are ``loop_sessions.LoopSessions``': made inside the running loop, closed when it shuts down;
 ``aclose()`` closes the current loop's session early.
 """
 
@@ -22,10 +21,10 @@ import orjson
 
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.endpoints import ApiBase
+from sotopia_env.backends.loop_sessions import LoopSessions
 from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
 
 _JSON = {"Content-Type": "application/json"}
-_keepers: set[asyncio.Task[None]] = set()  # strong references until each loop shuts down
 
 
 class HTTPError(Exception):
@@ -69,37 +68,11 @@ class OpenAIHTTPBackend(RemoteBackend):
             max_concurrency=max_concurrency,
         )
         self.server_model = server_model_name(model)
-        # one session per event loop; its keeper task removes it when that loop shuts down
-        self._sessions: dict[asyncio.AbstractEventLoop, Any] = {}
-
-    async def _session(self) -> Any:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            # the semaphore bounds connections; keep-alive connections are reused across turns and episodes
-            connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
-            session = aiohttp.ClientSession(connector=connector, headers={"Authorization": f"Bearer {self._api_key}"})
-            self._sessions[loop] = session
-            keeper = loop.create_task(self._close_at_shutdown(loop, session))
-            _keepers.add(keeper)
-            keeper.add_done_callback(_keepers.discard)
-        return session
+        self._sessions = LoopSessions({"Authorization": f"Bearer {self._api_key}"})
 
     async def aclose(self) -> None:
         """Close this loop's session now (it is otherwise closed when the loop shuts down)."""
-        session = self._sessions.pop(asyncio.get_running_loop(), None)
-        if session is not None:
-            await session.close()
-
-    async def _close_at_shutdown(self, loop: asyncio.AbstractEventLoop, session: Any) -> None:
-        try:
-            await asyncio.Event().wait()  # until the loop shuts down and cancels us
-        finally:
-            await session.close()
-            if self._sessions.get(loop) is session:
-                del self._sessions[loop]
+        await self._sessions.aclose()
 
     async def _send(
         self, request: ChatRequest, messages: list[dict[str, Any]], extra: dict[str, Any], api_base: str | None
@@ -114,7 +87,7 @@ class OpenAIHTTPBackend(RemoteBackend):
             "max_tokens": request.max_new_tokens,
             **extra,
         }
-        session = await self._session()
+        session = await self._sessions.get()
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         url = str(api_base).rstrip("/") + "/chat/completions"
         data = orjson.dumps(body)  # json.dumps was 8% of the client's CPU at 256 concurrent episodes
