@@ -145,11 +145,13 @@ def evaluate(model, tokenizer, rows, k: int, maker, saved: Path):
 
     from sotopia_env.training.trl_env import SocialToolEnv
 
+    wanted = {(row.scenario, seed) for row in rows for seed in range(k)}
     scores = {}
     if saved.exists():
         for line in saved.read_text().splitlines():
             entry = json.loads(line)
-            scores[(entry["scenario"], entry["seed"])] = entry["goal"]
+            if (entry["scenario"], entry["seed"]) in wanted:  # a run with a smaller --k or --dev-limit
+                scores[(entry["scenario"], entry["seed"])] = entry["goal"]
     model.eval()
     env = SocialToolEnv(maker)
     with saved.open("a") as log:
