@@ -7,12 +7,17 @@ from sotopia_env.agents.base import Usage
 from sotopia_env.backends.base import Backend, Completion, GenerationSettings
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
+from sotopia_env.topic import TOPIC_BIAS, seat_topic_words
 
 # The chat settings of interactive episodes (``run``, the server's simulations): greedy, with a penalty on tokens
 # the reply already used, and a sampled retry of a reply that repeats an earlier turn. A small model's sampled
 # words drift into nonsense or a walk-out, its greedy ones into loops (benchmarks/episode_quality.py measures the
-# default episode).
-CHAT_SETTINGS = {"temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True}
+# default episode); and a nudge toward the seat's topic words, without which it drifts off the scenario within a
+# few turns (backends/topic_bias.py).
+CHAT_SETTINGS = {
+    "temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 120, "avoid_repeats": True,
+    "topic_bias": TOPIC_BIAS,
+}  # fmt: skip
 
 
 class LLMAgent:
@@ -70,11 +75,14 @@ class LLMAgent:
         )
         messages = render_prompt(obs, self.prompt)
         said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
+        topic = seat_topic_words(obs) if self.settings.topic_bias else ()
         problems = []
         repeat: tuple[AgentAction, Completion] | None = None
         for attempt in range(1 + self.max_retries):
             settings = self.settings if attempt == 0 else self.settings.for_retry()
-            request = settings.request(messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)))
+            request = settings.request(
+                messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)), favour_words=topic
+            )
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)
             if completion.error is not None:

@@ -3,6 +3,7 @@ scenarios and seeds.
 
     python benchmarks/episode_quality.py                  # 5 dev scenarios x seeds 0..3 at once, run's defaults
     python benchmarks/episode_quality.py --prompt sotopia # the same episodes under SOTOPIA's prompt
+    python benchmarks/episode_quality.py --no-topic-bias  # the same episodes without the nudge to topic words
     python benchmarks/episode_quality.py --scenarios random --seeds 0 1 2   # scenario sampled by the seed
     python benchmarks/episode_quality.py --one-by-one     # each episode a `sotopia-env run` through the CLI
     python benchmarks/episode_quality.py --scenarios exchange-babysitting-meals --seeds 0 --max-turns 8 --show
@@ -20,11 +21,12 @@ throwaway SQLite store, from which the turns are read back. ``--show`` prints ea
 Per episode set, over speech turns (``speak``), the measures of ``talk_figures`` (``tests/test_prompt.py``
 checks a real episode with them):
 
-- on topic: the share that share a content word (``CONTENT_LETTERS`` letters or more, not one of the
-  ``stop-words`` package's English stop words) with the scenario's text or the speaker's own goal, words
+- on topic: the share that share a content word (``sotopia_env.topic.content_words``: 4 letters or more, not
+  one of the ``stop-words`` package's English stop words) with the scenario's text or the speaker's own goal, words
   compared by their Snowball stem (``snowballstemmer``: "cooking" shares "cook", "meals" shares "meal"). The
   partner's words do not count: two seats that talk about answering echo each other. "On topic, same form"
-  compares the words as written (the stricter figure);
+  compares the words as written (the stricter figure). These are the words ``run``'s chat settings nudge the
+  model toward (``topic_bias``), so ``--no-topic-bias`` plays the same episodes without the nudge: the control;
 - example copies: the share that are the chat prompt's example line word for word (``CHAT_EXAMPLE``, an
   opening on the scenario's topic): on topic by construction, so shown apart;
 - meta-talk: the share that talk about answering itself (``META_TALK``: "respond", "reply", "how to
@@ -59,6 +61,7 @@ from typing import Any
 import _common
 from _common import machine_line, print_table
 
+from sotopia_env import topic
 from sotopia_env.actions import ActionType
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.prompt import CHAT_EXAMPLE
@@ -76,20 +79,11 @@ SCENARIOS = [
     "conflict-inherited-cabin",
     "negotiation-summer-sublet",
 ]
-CONTENT_LETTERS = 4
 META_TALK = re.compile(
     r"\b(?:respon(?:d|ds|ded|ding|se|ses)|repl(?:y|ies|ied|ying)|how to (?:answer|respond|reply|react|speak)"
     r"|i will speak|what to say|(?:my|your) (?:turn|move))\b",
     re.IGNORECASE,
 )
-_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
-
-
-@cache
-def stop_words() -> frozenset[str]:
-    from stop_words import get_stop_words
-
-    return frozenset(get_stop_words("en"))
 
 
 @cache
@@ -100,11 +94,10 @@ def stemmer() -> Any:
 
 
 def content_words(text: str, stem: bool = False) -> set[str]:
-    """The words of ``text`` (lower case) of ``CONTENT_LETTERS`` letters or more that are not stop words; with
-    ``stem``, their Snowball stems (``cooking`` and ``cook`` are one word)."""
-    found = {w.removesuffix("'s") for w in _WORD.findall(text.lower())}
-    words = [w for w in found if len(w) >= CONTENT_LETTERS and w not in stop_words()]
-    return set(stemmer().stemWords(words)) if stem else set(words)
+    """``sotopia_env.topic.content_words`` (the words the chat settings nudge toward); with ``stem``, their
+    Snowball stems (``cooking`` and ``cook`` are one word)."""
+    words = topic.content_words(text)
+    return set(stemmer().stemWords(sorted(words))) if stem else words
 
 
 def is_on_topic(argument: str, scenario: str, goal: str, stem: bool = True) -> bool:
@@ -176,10 +169,10 @@ def run_episode(episode: Episode, max_turns: int | None, store_url: str, show: b
 
 
 def run_episodes_at_once(
-    episodes: list[Episode], max_turns: int | None, store_url: str, prompt: str | None = None
+    episodes: list[Episode], max_turns: int | None, store_url: str, prompt: str | None = None, topic_bias: bool = True
 ) -> list[EpisodeLog]:
     """Each episode as ``run`` builds it, all played concurrently on the shared embedded backend; ``prompt``
-    overrides the model's own."""
+    overrides the model's own; without ``topic_bias`` the agents are not nudged toward their topic words."""
     from sotopia_env.agents.loading import load_agent
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.run_cmd import CHAT_SETTINGS, DEFAULT_MODEL
@@ -195,7 +188,7 @@ def run_episodes_at_once(
     writer = StoreWriter(open_store(store_url), "quality", 60.0)
 
     async def one(scenario: str | None, seed: int) -> EpisodeLog:
-        settings = GenerationSettings(seed=seed, **CHAT_SETTINGS)
+        settings = GenerationSettings(seed=seed, **{**CHAT_SETTINGS, **({} if topic_bias else {"topic_bias": 0.0})})
         agents = [load_agent(DEFAULT_MODEL, settings=settings, prompt=prompt) for _ in range(2)]
         job = Job(sample_setup(library, seed=seed, scenario=scenario), [DEFAULT_MODEL] * 2, seed=seed)
         return await run_episode(job, None, writer, agents=agents, tag="quality", config=config)
@@ -254,6 +247,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(4)))
     parser.add_argument("--max-turns", type=int, default=None, help="Pass --max-turns to run (default: run's).")
     parser.add_argument("--prompt", default=None, help="Prompt the agents so (default: the model's own, as run).")
+    parser.add_argument("--no-topic-bias", action="store_true", help="Control: no nudge toward topic words.")
     parser.add_argument("--show", action="store_true", help="Print each episode's transcript.")
     parser.add_argument("--label", default="", help="A label for the table's row (e.g. before / after).")
     parser.add_argument("--quick", action="store_true", help="1 scenario, 2 seeds of 4 turns (smoke test).")
@@ -262,8 +256,8 @@ def main() -> None:
         "--no-opening-guard", action="store_true", help="Ablation: let a turn open as an earlier one did."
     )
     args = parser.parse_args()
-    if args.one_by_one and args.prompt:
-        parser.error("--prompt is for episodes played at once (run has no --prompt)")
+    if args.one_by_one and (args.prompt or args.no_topic_bias):
+        parser.error("--prompt and --no-topic-bias are for episodes played at once (run has neither)")
     if args.no_opening_guard:
         from sotopia_env.backends import local
 
@@ -279,7 +273,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'quality.db'}"
         if not args.one_by_one:
-            logs = run_episodes_at_once(episodes, args.max_turns, url, args.prompt)
+            logs = run_episodes_at_once(episodes, args.max_turns, url, args.prompt, not args.no_topic_bias)
         for k, episode in enumerate(episodes):
             t0 = time.perf_counter()
             log = run_episode(episode, args.max_turns, url, args.show) if args.one_by_one else logs[k]

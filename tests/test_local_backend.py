@@ -264,15 +264,16 @@ def test_avoid_copying_keeps_a_reply_from_copying_runs_of_an_earlier_text(tiny: 
     assert avoided.ok and avoided.text != free.text
 
 
-OPENING_REGEX = r'\{"action_type": "speak", "argument": "I am (not|now) (here|there)"\}'
+OPENING_REGEX = r'\{"action_type": "speak", "argument": "I (am|an) (here|there)"\}'
 
 
 def test_an_argument_never_opens_as_an_earlier_turn_did(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reply may open "I am not" or "I am now"; an earlier turn opened "I am not ...", so with it to avoid,
-    every sampled reply opens "I am now", split into tokens however the model likes. (The no-copy tables are
+    """The reply may open "I am" or "I an" (the two part at the opening's last letter, where the guard acts); an
+    earlier turn opened "I am ...", so with it to avoid, every sampled reply opens "I an", split into tokens
+    however the model likes. (The no-copy tables are
     emptied here: they could ban the copied run by themselves.)"""
     monkeypatch.setattr(local_backend, "banned_tables", lambda tokenizer, texts: [{} for _ in texts])
-    earlier = ("I am not sure about that, really.", "Two words")
+    earlier = ("I am sure about that, really.", "One")
 
     def openings(avoid: tuple[str, ...]) -> set[str]:
         requests = [
@@ -288,16 +289,16 @@ def test_an_argument_never_opens_as_an_earlier_turn_did(tiny: LocalBackend, monk
         ]
         outs = asyncio.run(tiny.generate(requests))
         assert all(o.meta["finish_reason"] == "stop" for o in outs)
-        return {" ".join(json.loads(o.text)["argument"].split()[:3]) for o in outs}
+        return {" ".join(json.loads(o.text)["argument"].split()[:2]) for o in outs}
 
-    assert openings(()) == {"I am not", "I am now"}  # both, free
-    assert openings(earlier) == {"I am now"}
+    assert openings(()) == {"I am", "I an"}  # both, free
+    assert openings(earlier) == {"I an"}
 
 
 def test_token_texts_complete_an_opening_only_at_a_word_end(tiny: LocalBackend) -> None:
     from sotopia_env.backends.no_copy import TokenTexts, openings
 
-    assert openings(("I am not sure", "Too short", "  Spaced   out   words  here")) == ["I am not", "Spaced out words"]
+    assert openings(("I am not sure", "Short", "  Spaced   out   words  here")) == ["I am", "Spaced out"]
     texts = TokenTexts(tiny.tokenizer, len(tiny.tokenizer))
     completing = {tiny.tokenizer.decode([t]) for t in texts.completing("n")}
     assert "n" in completing or any(t.startswith("n") for t in completing)

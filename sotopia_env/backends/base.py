@@ -20,9 +20,13 @@ class ChatRequest:
     max_new_tokens: int = 256
     seed: int | None = None
     repetition_penalty: float = 1.0  # > 1 discourages tokens already generated in this reply (local backend only)
-    # Texts the reply must not copy a run of tokens from, nor open its argument with their first three words
+    # Texts the reply must not copy a run of tokens from, nor open its argument with their first two words
     # (local backend only; see backends/no_copy.py).
     avoid_copying: tuple[str, ...] = ()
+    # Words the reply is nudged toward: the tokens that start them gain ``favour_bias`` logits (local backend
+    # only; see backends/topic_bias.py).
+    favour_words: tuple[str, ...] = ()
+    favour_bias: float = 0.0
     # Record what was sampled (local backend only; other backends ignore it): ``meta`` gets ``prompt_ids``,
     # ``token_ids``, ``logprobs`` and ``sampler_logprobs`` (see backends/local.py).
     logprobs: bool = False
@@ -93,6 +97,8 @@ class GenerationSettings:
     # repeats too); retries of greedy settings sample at ``retry_temperature``.
     avoid_repeats: bool = False
     retry_temperature: float = 0.7
+    # For agents: the local backend nudges a reply toward its seat's topic words by this many logits (0: off).
+    topic_bias: float = 0.0
 
     def for_retry(self) -> GenerationSettings:
         """The settings of a retry: the same, except that greedy decoding (which would repeat itself) samples."""
@@ -104,6 +110,7 @@ class GenerationSettings:
         json_schema: dict[str, Any] | None = None,
         seed_offset: int = 0,
         avoid_copying: tuple[str, ...] = (),
+        favour_words: tuple[str, ...] = (),
     ) -> ChatRequest:
         """A request with these settings. ``seed_offset`` varies the seed per call (e.g. per turn), so a
         seeded run is reproducible without every call sampling the same noise."""
@@ -116,6 +123,8 @@ class GenerationSettings:
             seed=None if self.seed is None else self.seed + seed_offset,
             repetition_penalty=self.repetition_penalty,
             avoid_copying=avoid_copying,
+            favour_words=favour_words if self.topic_bias else (),
+            favour_bias=self.topic_bias,
         )
 
 

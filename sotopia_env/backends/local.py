@@ -79,6 +79,7 @@ from sotopia_env.backends.base import ChatRequest, Completion, describe, prompt_
 from sotopia_env.backends.devices import pick_device, pick_dtype
 from sotopia_env.backends.no_copy import NoCopy, NoRepeatedOpening, TokenTexts, banned_tables, openings
 from sotopia_env.backends.scheduler import Plan, Scheduler, Waiting
+from sotopia_env.backends.topic_bias import TopicBias, favoured_tokens
 from sotopia_env.model_ref import model_prompt, read_model_ref
 
 if TYPE_CHECKING:
@@ -427,6 +428,9 @@ class LocalBackend:
             processors.append(RepetitionPenaltyLogitsProcessor(float(first.repetition_penalty), prompt_len))
         if any(g is not None for g in grammars):
             processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers))
+        if any(r.favour_words and r.favour_bias for r in requests):
+            tokens = [favoured_tokens(self.tokenizer, r.favour_words) for r in requests]
+            processors.append(TopicBias(tokens, [r.favour_bias for r in requests]))
         if any(r.avoid_copying for r in requests):  # after the grammar: a row is never left without a token
             tables = banned_tables(self.tokenizer, [r.avoid_copying for r in requests])
             processors.append(NoCopy(tables, prompt_len))

@@ -10,7 +10,8 @@ Near-copies slip through: with every verbatim run banned, the 135M model opened 
 "I am not ..." ("I am not clear about the conversation.", "I am not unclear about ..."). ``NoRepeatedOpening``
 keeps a reply's ``argument`` from opening with the first ``OPENING_WORDS`` words that opened one of the same
 texts: the token that would complete such an opening (at a word boundary) is banned, and the model picks
-another start.
+another start. Three words were not enough: "I'm not sure ...", "I'm not really ...", "I'm not able ..." chains
+filled whole episodes (``benchmarks/README.md`` section 8), so two.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from transformers import LogitsProcessor
 
 NGRAM = 4  # a reply may share at most NGRAM - 1 consecutive tokens with any earlier text
-OPENING_WORDS = 3  # a reply's argument may not open with the first three words of an earlier text
+OPENING_WORDS = 2  # a reply's argument may not open with the first two words of an earlier text
 _ARGUMENT_OPENS = re.compile(r'"argument"\s*:\s*"')
 
 
