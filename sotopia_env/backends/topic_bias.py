@@ -3,7 +3,7 @@
 Greedy decoding on the embedded SmolLM2-135M holds a scenario's topic for a few turns, then drifts into chains of
 politeness and self-talk ("I'm not sure what you mean.", "You have amazing skills and talents."): 28% of ``run``'s
 20 speech turns shared a word with the scenario or the speaker's goal under the ``chat`` prompt, 84% with this
-nudge, and no prompt tried did better than 52% (``benchmarks/README.md`` section 8). ``TopicBias`` adds ``bias``
+nudge, and no prompt tried did better than 55% (``benchmarks/README.md`` section 8). ``TopicBias`` adds ``bias``
 logits to the tokens that start one of the row's words as a word (" cabin", " Cabin"), wherever the grammar allows
 them: the model still chooses, but a topic word within ``bias`` of its first choice wins. Other backends ignore
 the request's ``favour_words``.
