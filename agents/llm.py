@@ -75,7 +75,8 @@ class LLMAgent:
         )
         messages = render_prompt(obs, self.prompt)
         said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
-        topic = seat_topic_words(obs) if self.settings.topic_bias else ()
+        # the nudge is for talk: a game's turn (a phase, a list of choices) is the model's own
+        topic = seat_topic_words(obs) if self.settings.topic_bias and not (obs.phase or obs.choices) else ()
         problems = []
         repeat: tuple[AgentAction, Completion] | None = None
         for attempt in range(1 + self.max_retries):

@@ -58,6 +58,10 @@ def test_the_agent_sends_its_topic_words_under_the_chat_settings_only(two_friend
         (request,) = backend.requests
         assert (request.favour_words, request.favour_bias) == (words, bias)
     assert TOPIC_BIAS > 0 and seat_topic_words(obs)
+    game_turn = obs.model_copy(update={"phase": "vote", "choices": ["Ann", "Bo"]})  # a game's choice is the model's
+    backend = ScriptedBackend([json.dumps({"action_type": "action", "argument": "Ann"})])
+    asyncio.run(LLMAgent(backend, GenerationSettings(seed=0, **CHAT_SETTINGS)).act(game_turn))
+    assert backend.requests[0].favour_words == ()
 
 
 def test_the_processor_raises_the_words_first_tokens_only(embedded_model_path: str) -> None:
