@@ -36,6 +36,9 @@ The table: per row and split, mean goal greedy and sampled (pooled over seeds), 
 goal / success per kind, and the paired difference from its reference (BC for the rows trained from BC, SR for
 ``sr-grpo``, base for BC) with its 95% interval; ``vs best BC`` compares against the BC condition (greedy or a
 temperature) that was best on dev (kept in ``RUN/choices.json``). Not a test: run it by hand.
+
+A stopped run resumes: finished stages are in ``RUN/stages.json`` and evaluations in their files; a BC or SR stage
+cut short restarts from its last checkpoint (one every 4 optimiser steps), an episode-GRPO stage from its last step.
 """
 
 from __future__ import annotations
@@ -217,7 +220,7 @@ def train_bc(
     dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)], example_filters)
     config = SFTTrainConfig(
         base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
-        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed,
+        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=4, seed=seed,
         progress=False,
     )  # fmt: skip
     result = train_sft(dataset, config)
@@ -242,7 +245,7 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace, seed: int) -> dict:
     base, adapter = read_model_ref(str(bc))
     config = SFTTrainConfig(
         base_model=base, init_adapter=adapter, output_dir=str(out), learning_rate=args.bc_lr / 2, num_epochs=2,
-        batch_size=2, grad_accum=4, max_length=1024, save_steps=1000, seed=seed, progress=False,
+        batch_size=2, grad_accum=4, max_length=1024, save_steps=4, seed=seed, progress=False,
     )  # fmt: skip
     result = train_sft(dataset, config)
     return {"note": f"{result.examples} turns of {len(logs)} self-play episodes, {result.steps} steps"}
