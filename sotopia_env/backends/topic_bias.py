@@ -16,8 +16,6 @@ from typing import Any, cast
 import torch
 from transformers import LogitsProcessor
 
-from sotopia_env.topic import TOPIC_BIAS as TOPIC_BIAS  # the chat settings' bias
-
 
 def favoured_tokens(tokenizer: Any, words: tuple[str, ...]) -> list[int]:
     """The first token of each word written as a word start, lower case and capitalised."""
