@@ -8,7 +8,7 @@ litellm costs 5-9 ms of CPU per call, which caps one event loop at a few hundred
 concurrent episodes against a 200 ms server litellm reached 41% of the latency-bound ideal, this client 97%
 (``benchmarks/throughput.py``).
 
-Sessions are ``loop_sessions.LoopSessions``': made inside the running loop, closed when it shuts down;
+Sessions come from ``loop_sessions.LoopSessions``: made inside the running loop, closed when it shuts down;
 ``aclose()`` closes the current loop's session early.
 """
 
