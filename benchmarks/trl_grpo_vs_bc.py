@@ -17,7 +17,8 @@ Prints the mean goal and success rate of BC and of BC + GRPO, and the paired dif
 averaged over its seeds) with a 95% bootstrap interval over instances. No target on CPU.
 
 A stopped run resumes: the adapters saved in ``--keep`` (``bc/``, ``grpo/``) are loaded rather than trained again,
-and the evaluation episodes already played (``scores-*.jsonl``) are not played again.
+whatever steps they were trained with (delete them to train again), and the evaluation episodes already played
+(``scores-*.jsonl``) are not played again.
 """
 
 from __future__ import annotations
