@@ -1,5 +1,6 @@
 """Helpers shared by the RL benchmark scripts (not a benchmark itself): a trained stage's wall time and peak
-memory, evaluations kept in a run folder and played again only where missing, and a paired bootstrap interval."""
+memory, evaluations kept in a run folder and played again only where missing, paired bootstrap intervals (over
+instances; hierarchical over training seeds and instances), and the rule that a test split runs once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 
 def timed(trainer) -> dict:
@@ -68,3 +72,48 @@ def paired_interval(
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(2000))
     return statistics.fmean(values), means[49], means[1949]
+
+
+def hierarchical_interval(
+    mine: dict[int | None, dict[str, float]], reference: dict[int | None, dict[str, float]], resamples: int = 4000
+) -> tuple[float, float, float, int, int]:
+    """Mean paired difference (mine - reference, per training seed and instance; a reference without seeds pairs
+    with every seed) and a 95% bootstrap interval resampling training seeds and instances (crossed); with the
+    number of seeds and instances."""
+    seeds = sorted(s for s in mine if s in reference or None in reference)
+    instances = sorted(
+        set.intersection(*(set(mine[s]) & set(reference.get(s, reference.get(None, {}))) for s in seeds))
+    )
+    if not seeds or not instances:
+        return float("nan"), float("nan"), float("nan"), 0, 0
+    diffs = np.array([[mine[s][i] - reference.get(s, reference.get(None, {}))[i] for i in instances] for s in seeds])
+    rng = np.random.default_rng(0)
+    means = np.empty(resamples)
+    for b in range(resamples):
+        rows = rng.integers(0, len(seeds), len(seeds))
+        cols = rng.integers(0, len(instances), len(instances))
+        means[b] = diffs[np.ix_(rows, cols)].mean()
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(diffs.mean()), float(low), float(high), len(seeds), len(instances)
+
+
+def fmt_diff(result: tuple[float, float, float, int, int]) -> str:
+    mean, low, high, n_seeds, n_instances = result
+    return "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}] ({n_seeds}x{n_instances})"
+
+
+def guard_test_once(folder: Path, settings: dict, rows: Sequence[str]) -> None:
+    """A test split runs once: the settings (and rows) of its first run are kept in ``folder``; a later run under
+    other settings, or with a row not run then, is refused. Choices are made on dev."""
+    guard = folder / "test_settings.json"
+    mine = {"settings": settings, "rows": sorted(rows)}
+    if guard.is_file():
+        kept = json.loads(guard.read_text())
+        if kept["settings"] != mine["settings"] or not set(mine["rows"]) <= set(kept["rows"]):
+            raise SystemExit(
+                f"{guard}: test was already run under other settings or rows ({kept}); test runs once, "
+                "make choices on dev"
+            )
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        guard.write_text(json.dumps(mine, indent=2))

@@ -55,8 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-from _stages import timed
+from _stages import fmt_diff, guard_test_once, hierarchical_interval, timed
 
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "grpo-lr0")
@@ -329,17 +328,7 @@ class Run:
 
     def guard_test(self, rows: list[Row]) -> None:
         """``--split test`` runs once: the settings it ran under are kept, and other settings are refused."""
-        guard = self.folder / "test_settings.json"
-        mine = {"settings": settings_of(self.args), "rows": sorted(r.text for r in rows)}
-        if guard.is_file():
-            kept = json.loads(guard.read_text())
-            if kept["settings"] != mine["settings"] or not set(mine["rows"]) <= set(kept["rows"]):
-                raise SystemExit(
-                    f"{guard}: test was already run under other settings or rows ({kept}); test runs once, "
-                    "make choices on dev"
-                )
-        else:
-            guard.write_text(json.dumps(mine, indent=2))
+        guard_test_once(self.folder, settings_of(self.args), [r.text for r in rows])
 
 
 def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
@@ -367,29 +356,6 @@ def cells(records_by_seed: dict[int | None, list[dict]], temperature: float) -> 
     return out
 
 
-def hierarchical_interval(
-    mine: dict[int | None, dict[str, float]], reference: dict[int | None, dict[str, float]], resamples: int = 4000
-) -> tuple[float, float, float, int, int]:
-    """Mean paired difference (mine - reference, per training seed and instance; a reference without seeds pairs
-    with every seed) and a 95% bootstrap interval resampling training seeds and instances (crossed); with the
-    number of seeds and instances."""
-    seeds = sorted(s for s in mine if s in reference or None in reference)
-    instances = sorted(
-        set.intersection(*(set(mine[s]) & set(reference.get(s, reference.get(None, {}))) for s in seeds))
-    )
-    if not seeds or not instances:
-        return float("nan"), float("nan"), float("nan"), 0, 0
-    diffs = np.array([[mine[s][i] - reference.get(s, reference.get(None, {}))[i] for i in instances] for s in seeds])
-    rng = np.random.default_rng(0)
-    means = np.empty(resamples)
-    for b in range(resamples):
-        rows = rng.integers(0, len(seeds), len(seeds))
-        cols = rng.integers(0, len(instances), len(instances))
-        means[b] = diffs[np.ix_(rows, cols)].mean()
-    low, high = np.quantile(means, [0.025, 0.975])
-    return float(diffs.mean()), float(low), float(high), len(seeds), len(instances)
-
-
 def pooled_mean(records_by_seed: dict[int | None, list[dict]], temperature: float) -> float:
     goals = [
         r["goal"] for rs in records_by_seed.values() for r in rs if "goal" in r and r["temperature"] == temperature
@@ -412,11 +378,6 @@ def kind_cells(records_by_seed: dict[int | None, list[dict]], temperature: float
 def main_temperature(row: Row, args: argparse.Namespace) -> float:
     """The condition a row is compared under: its own temperature, else the training temperature (sampled)."""
     return row.temperature if row.temperature is not None else (args.temperature if args.k else 0.0)
-
-
-def fmt_diff(result: tuple[float, float, float, int, int]) -> str:
-    mean, low, high, n_seeds, n_instances = result
-    return "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}] ({n_seeds}x{n_instances})"
 
 
 def best_bc(evals: dict[str, dict], args: argparse.Namespace) -> tuple[str, float] | None:

@@ -115,7 +115,7 @@ def test_game_rl_benchmark_runs_on_the_embedded_model(embedded_model_path: str) 
     out = quick_run("game_rl.py")
     assert "### Game RL: proposer in negotiation-hackathon-prize" in out and "load average" in out
     rows = [line for line in out.splitlines() if line.startswith(("| base", "| grpo"))]
-    assert len(rows) == 2 and all(line.split("|")[6].strip() == "0" for line in rows)  # every game rated
+    assert len(rows) == 2 and all(line.split("|")[8].strip() == "0" for line in rows)  # "unrated": every game rated
 
 
 @pytest.mark.model

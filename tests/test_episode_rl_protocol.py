@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+import _stages  # noqa: E402
 import episode_rl  # noqa: E402
 
 
@@ -30,19 +31,19 @@ def cells_for(effect: float, seed_sd: float, noise_sd: float, rng, seeds=3, inst
 def test_the_interval_holds_a_known_effect_and_covers_zero_without_one():
     rng = np.random.default_rng(1)
     mine, reference = cells_for(1.0, 0.1, 0.5, rng)
-    mean, low, high, n_seeds, n_instances = episode_rl.hierarchical_interval(mine, reference, resamples=1000)
+    mean, low, high, n_seeds, n_instances = _stages.hierarchical_interval(mine, reference, resamples=1000)
     assert (n_seeds, n_instances) == (3, 36)
     assert low < 1.0 < high and low > 0
     mine, reference = cells_for(0.0, 0.1, 0.5, rng)
-    _, low, high, _, _ = episode_rl.hierarchical_interval(mine, reference, resamples=1000)
+    _, low, high, _, _ = _stages.hierarchical_interval(mine, reference, resamples=1000)
     assert low < 0 < high
 
 
 def test_seed_to_seed_noise_widens_the_interval():
     """Resampling training seeds is what makes one lucky seed unable to carry a claim: the same cells with a
     large per-seed spread give a wider interval than with none."""
-    narrow = episode_rl.hierarchical_interval(*cells_for(1.0, 0.0, 0.5, np.random.default_rng(2)), resamples=1000)
-    wide = episode_rl.hierarchical_interval(*cells_for(1.0, 1.5, 0.5, np.random.default_rng(2)), resamples=1000)
+    narrow = _stages.hierarchical_interval(*cells_for(1.0, 0.0, 0.5, np.random.default_rng(2)), resamples=1000)
+    wide = _stages.hierarchical_interval(*cells_for(1.0, 1.5, 0.5, np.random.default_rng(2)), resamples=1000)
     assert wide[2] - wide[1] > 2 * (narrow[2] - narrow[1])
 
 
@@ -51,7 +52,7 @@ def test_coverage_is_about_95_percent_under_the_null():
     covered = 0
     for _ in range(60):
         mine, reference = cells_for(0.0, 0.3, 1.0, rng, seeds=3, instances=12)
-        _, low, high, _, _ = episode_rl.hierarchical_interval(mine, reference, resamples=400)
+        _, low, high, _, _ = _stages.hierarchical_interval(mine, reference, resamples=400)
         covered += low <= 0 <= high
     assert covered >= 48  # 80% at the least over 60 draws; a broken resampler (no seed level) covers far less
 
@@ -59,7 +60,7 @@ def test_coverage_is_about_95_percent_under_the_null():
 def test_a_reference_without_seeds_pairs_with_every_seed():
     mine = {0: {"a": 3.0, "b": 4.0}, 1: {"a": 5.0, "b": 6.0}}
     base = {None: {"a": 1.0, "b": 2.0}}
-    mean, low, high, n_seeds, n_instances = episode_rl.hierarchical_interval(mine, base, resamples=200)
+    mean, low, high, n_seeds, n_instances = _stages.hierarchical_interval(mine, base, resamples=200)
     assert mean == pytest.approx(3.0) and (n_seeds, n_instances) == (2, 2)
     assert 2.0 <= low <= high <= 4.0
 
@@ -87,3 +88,32 @@ def test_test_runs_once_under_one_set_of_settings(tmp_path):
     args.lr = 1e-4
     with pytest.raises(SystemExit, match="test runs once"):
         episode_rl.Run(tmp_path, args).guard_test(rows)
+
+
+def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
+    """``game_rl.py`` follows the same protocol: its units are (instance, evaluation seed) episodes (rule players
+    are stochastic, and a game's dev split may hold one instance), its test split needs ``--final`` and runs once."""
+    import game_rl
+
+    by_seed = {0: [{"instance": "g", "seed": s, "greedy": False, "goal": float(s)} for s in (1, 2, 3)]}
+    by_seed[0].append({"instance": "g", "seed": 0, "greedy": True, "goal": 9.0})
+    assert game_rl.goal_cells(by_seed, greedy=False) == {0: {"g#1": 1.0, "g#2": 2.0, "g#3": 3.0}}
+    base = {None: [{"instance": "g", "seed": s, "greedy": False, "goal": 0.0} for s in (1, 2, 3)]}
+    mean, _, _, n_seeds, n_units = _stages.hierarchical_interval(
+        game_rl.goal_cells(by_seed, False), game_rl.goal_cells(base, False), resamples=200
+    )
+    assert (mean, n_seeds, n_units) == (2.0, 1, 3)
+
+    argv = ["game_rl.py", "--keep", str(tmp_path), "--split", "test"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match="--final"):
+        game_rl.main()
+    args = argparse.Namespace(
+        game="negotiation-game", role="proposer", steps=6, lr=5e-4, k=4, groups=4, group_size=4, resample=2,
+        max_new_tokens=64, temperature=0.7, seeds="0,1,2", eval_seed=0,
+    )  # fmt: skip
+    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)
+    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)  # the same run again: allowed
+    args.steps = 12
+    with pytest.raises(SystemExit, match="test runs once"):
+        _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)
