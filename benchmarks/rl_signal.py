@@ -1,13 +1,19 @@
 """Learning signal of GRPO: does RL on Social IQa teach SmolLM2-135M the think/answer format, on held-out items?
 
-    python benchmarks/rl_signal.py                 # 200 train / 100 held-out items of the shared sample
-    python benchmarks/rl_signal.py --quick         # smoke: 16 train / 8 held-out items, 2 steps of each
+    python benchmarks/rl_signal.py --split dev --seeds 0,1,2      # 200 train / 50 dev items of the shared sample
+    python benchmarks/rl_signal.py --split test --final --out RUN   # once, with the settings chosen on dev
+    python benchmarks/rl_signal.py --quick         # smoke: 16 train / 8 dev items, 2 steps of each, one seed
     python benchmarks/rl_signal.py --social-turns-steps 0   # skip part 2
+
+The protocol of ``episode_rl.py``: every choice is made on ``--split dev``; ``--split test`` runs once, with
+``--final`` and ``--out RUN`` (the settings of that run are kept there, and a second test run under other settings
+is refused). BC and GRPO are trained once per training seed in ``--seeds``; GRPO's gain over BC is a paired,
+hierarchical bootstrap over training seeds and items.
 
 Part 1, ``socialiqa``:
 
-1. ``../shared/data/social_iqa/sample.jsonl`` (``--data``) is shuffled with ``--seed`` and split into train and
-   held-out items.
+1. ``../shared/data/social_iqa/sample.jsonl`` (``--data``) is shuffled with ``--seed`` (the split's seed, not a
+   training seed) and split into ``--train`` train items, then ``--heldout`` dev and ``--heldout`` test items.
 2. Before: the embedded SmolLM2-135M-Instruct answers the held-out items, unconstrained and greedy (the DeepEnlighten
    prompt of ``training.rewards.build_prompt``).
 3. BC warm-start: a LoRA SFT (``training.sft.train_sft``) on format demonstrations built from the *train* items'
@@ -39,6 +45,7 @@ from pathlib import Path
 
 import _common
 from _common import ROOT, machine_line, print_table
+from _stages import fmt_diff, guard_test_once, hierarchical_interval
 
 _ = _common
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "social_iqa" / "sample.jsonl"
@@ -70,7 +77,7 @@ def held_out_figures(model: str, items, max_new_tokens: int) -> dict:
     return result
 
 
-def bc_warm_start(items, out: Path, epochs: float, max_steps: int):
+def bc_warm_start(items, out: Path, epochs: float, max_steps: int, seed: int):
     from datasets import Dataset
 
     from sotopia_env.training.rewards import build_prompt
@@ -91,6 +98,7 @@ def bc_warm_start(items, out: Path, epochs: float, max_steps: int):
         batch_size=8,
         max_length=512,
         save_steps=1000,
+        seed=seed,
     )
     return train_sft(Dataset.from_list(rows), config)
 
@@ -119,68 +127,83 @@ def interval(pair: tuple[float, float], digits: int = 2) -> str:
     return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
 
 
-def paired_difference(after: list[float], before: list[float], seed: int = 0) -> str:
-    """Mean of (after - before) over the same held-out items, with a 95% paired bootstrap interval (2,000
-    resamples of the items)."""
-    diffs = [a - b for a, b in zip(after, before, strict=True)]
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(2000))
-    return f"{statistics.fmean(diffs):+.2f} [{means[49]:+.2f}, {means[1949]:+.2f}]"
+def split_items(args):
+    """The shared sample shuffled with ``--seed``: train, dev and test items, disjoint. The sample repeats a few
+    (context, question) pairs (300 lines, 297 pairs): one copy is kept, and a pair whose copies disagree on the
+    answer is dropped."""
+    from sotopia_env.training.rewards import load_socialiqa
+
+    by_question: dict[tuple[str, str], list] = {}
+    for item in load_socialiqa(args.data):
+        by_question.setdefault((item.context, item.question), []).append(item)
+    items = [copies[0] for copies in by_question.values() if len({c.label for c in copies}) == 1]
+    random.Random(args.seed).shuffle(items)
+    dev_end = args.train + args.heldout
+    return items[: args.train], items[args.train : dev_end], items[dev_end : dev_end + args.heldout]
 
 
 def socialiqa_part(args, work: Path) -> None:
-    from sotopia_env.training.rewards import load_socialiqa
-
-    items = load_socialiqa(args.data)
-    random.Random(args.seed).shuffle(items)
-    train, held_out = items[: args.train], items[args.train : args.train + args.heldout]
+    train, dev, test = split_items(args)
+    held_out = dev if args.split == "dev" else test
     train_path = work / "train.jsonl"
     train_path.write_text("".join(item.model_dump_json() + "\n" for item in train))
     rows = []
-    rewards: dict[str, list[float]] = {}  # per held-out item, by stage
+    rewards: dict[str, dict[int | None, dict[str, float]]] = {}  # stage -> training seed -> item -> reward
+    figures: dict[str, list[dict]] = {}
 
-    def measure(stage: str, model: str, trained: str, minutes: float, zero_std: float | None = None) -> None:
+    def measure(stage: str, seed: int | None, model: str) -> None:
         t0 = time.perf_counter()
         r = held_out_figures(model, held_out, args.max_new_tokens)
-        rewards[stage] = [item["reward"] for item in r["items"]]
-        versus_bc = paired_difference(rewards[stage], rewards["+ BC warm-start"]) if stage == "+ GRPO" else "-"
-        rows.append(
-            [stage, trained, f"{minutes:.1f}", f"{r['mean_reward']:.2f} {interval(r['mean_reward_ci95'])}"]
-            + [versus_bc, f"{r['format_valid_rate']:.0%} {interval(r['format_valid_ci95'])}"]
-            + [f"{r['accuracy']:.0%} {interval(r['accuracy_ci95'])}", "-" if zero_std is None else f"{zero_std:.2f}"]
+        rewards.setdefault(stage, {})[seed] = {str(i): item["reward"] for i, item in enumerate(r["items"])}
+        figures.setdefault(stage, []).append(r)
+        print(
+            f"{stage} seed {seed}: mean reward {r['mean_reward']:.2f}, format {r['format_valid_rate']:.0%}, accuracy "
+            f"{r['accuracy']:.0%} (eval {time.perf_counter() - t0:.0f} s); first answer: {r['example'][:200]!r}",
+            flush=True,
         )
-        print(f"{stage}: {rows[-1]} (eval {time.perf_counter() - t0:.0f} s); first held-out answer:", flush=True)
-        print(f"  {r['example'][:300]!r}", flush=True)
 
-    measure("base", "smollm2-135m", "-", 0.0)
-    t0 = time.perf_counter()
-    bc = bc_warm_start(train, work / "bc", args.bc_epochs, args.bc_steps)
-    measure(
-        "+ BC warm-start",
-        bc.model_dir,
-        f"SFT, {bc.steps} steps on {len(train)} gold-format demos",
-        (time.perf_counter() - t0) / 60,
-    )
-    t0 = time.perf_counter()
-    rl = grpo(bc.model_dir, train_path, work / "grpo", args.grpo_steps)
-    curve = " ".join(f"{r:.2f}" if r is not None else "-" for r in rl.rewards)
-    measure(
-        "+ GRPO",
-        rl.model_dir,
-        f"GRPO, {rl.steps} steps x 2 prompts x 4 generations",
-        (time.perf_counter() - t0) / 60,
-        rl.zero_std_share,
+    seeds = [int(s) for s in args.seeds.split(",")]
+    measure("base", None, "smollm2-135m")
+    trained: dict[str, list] = {"base": [], "+ BC warm-start": [], "+ GRPO": []}
+    for seed in seeds:
+        t0 = time.perf_counter()
+        bc = bc_warm_start(train, work / "bc" / f"seed{seed}", args.bc_epochs, args.bc_steps, seed)
+        trained["+ BC warm-start"].append((bc, (time.perf_counter() - t0) / 60))
+        measure("+ BC warm-start", seed, bc.model_dir)
+        t0 = time.perf_counter()
+        rl = grpo(bc.model_dir, train_path, work / "grpo" / f"seed{seed}", args.grpo_steps, seed=seed)
+        trained["+ GRPO"].append((rl, (time.perf_counter() - t0) / 60))
+        measure("+ GRPO", seed, rl.model_dir)
+    for stage, results in figures.items():
+        per_item = [reward for cells in rewards[stage].values() for reward in cells.values()]
+        versus = {"+ BC warm-start": "base", "+ GRPO": "+ BC warm-start"}.get(stage)
+        runs = trained[stage]
+        zero = [rl.zero_std_share for rl, _ in runs if getattr(rl, "zero_std_share", None) is not None]
+        rows.append(
+            [stage, args.split, f"{statistics.fmean(m for _, m in runs):.1f}" if runs else "-"]
+            + [f"{statistics.fmean(per_item):.2f}", ", ".join(f"{r['mean_reward']:.2f}" for r in results)]
+            + [fmt_diff(hierarchical_interval(rewards[stage], rewards[versus])) if versus else "-"]
+            + [f"{statistics.fmean(r['format_valid_rate'] for r in results):.0%}"]
+            + [
+                f"{statistics.fmean(r['accuracy'] for r in results):.0%}",
+                f"{statistics.fmean(zero):.2f}" if zero else "-",
+            ]
+        )
+    curves = "; ".join(
+        f"seed {s}: " + " ".join(f"{r:.2f}" if r is not None else "-" for r in rl.rewards)
+        for s, (rl, _) in zip(seeds, trained["+ GRPO"], strict=True)
     )
     print_table(
-        "GRPO on Social IQa: SmolLM2-135M, held-out items",
-        ["stage", "trained", "train min", "mean reward [95% CI]", "vs BC [95% paired]", "format-valid [95% CI]"]
-        + ["accuracy [95% CI]", "zero-var groups"],
+        f"GRPO on Social IQa: SmolLM2-135M, {args.split} items, training seeds {args.seeds}",
+        ["stage", "split", "train min", "mean reward", "per seed", "vs its start [95% hier.]", "format-valid"]
+        + ["accuracy", "zero-var groups"],
         rows,
         note=(
-            f"{len(train)} train / {len(held_out)} held-out items of {Path(args.data).name} (seed {args.seed}); "
-            f"held-out answers greedy, unconstrained, up to {args.max_new_tokens} tokens; reward = DeepEnlighten "
+            f"{len(train)} train / {len(held_out)} {args.split} items of {Path(args.data).name} (split seed "
+            f"{args.seed}); answers greedy, unconstrained, up to {args.max_new_tokens} tokens; reward = DeepEnlighten "
             "format (+1/-1) + answer (+2/-2/-3). The BC warm-start learns the format from the train items' gold "
-            f"answers. GRPO train reward per step: {curve}."
+            f"answers ({bc.steps} steps); GRPO {args.grpo_steps} steps x 2 prompts x 4 generations. Intervals: "
+            f"(seeds x items) of the paired difference. GRPO train reward per step, {curves}."
         ),
     )
 
@@ -234,18 +257,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--train", type=int, default=200)
-    parser.add_argument("--heldout", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heldout", type=int, default=50, help="dev items, and as many test items")
+    parser.add_argument("--seed", type=int, default=0, help="the split's shuffle (and part 2's expert episodes)")
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds: BC and GRPO are trained once each")
+    parser.add_argument("--split", choices=("dev", "test"), default="dev", help="where the stages are measured")
+    parser.add_argument("--final", action="store_true", help="needed with --split test (which runs once)")
     parser.add_argument("--bc-epochs", type=float, default=2.0)
     parser.add_argument("--bc-steps", type=int, default=-1, help="> 0 overrides --bc-epochs.")
     parser.add_argument("--grpo-steps", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=128, help="Held-out answers' token limit.")
     parser.add_argument("--social-turns-steps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="Keep the trained models here (default: a temp dir).")
-    parser.add_argument("--quick", action="store_true", help="16 / 8 items, 2 steps of each (smoke test).")
+    parser.add_argument("--quick", action="store_true", help="16 / 8 items, 2 steps of each, seed 0 (smoke test).")
     args = parser.parse_args()
     if args.quick:
         args.train, args.heldout, args.bc_steps, args.grpo_steps, args.social_turns_steps = 16, 8, 2, 2, 2
+        args.seeds, args.split = "0", "dev"
+    if args.split == "test":
+        if not (args.final and args.out):
+            raise SystemExit("--split test runs once, at the end: add --final and --out RUN (choose on --split dev)")
+        settings = {k: str(v) for k, v in vars(args).items() if k not in ("split", "final", "out", "quick")}
+        guard_test_once(args.out, settings, ["base", "bc", "grpo"])
     if not args.data.is_file():
         raise SystemExit(f"no Social IQa data at {args.data} (give --data FILE)")
     print(machine_line())

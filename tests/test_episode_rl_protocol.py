@@ -117,3 +117,24 @@ def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
     args.steps = 12
     with pytest.raises(SystemExit, match="test runs once"):
         _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)
+
+
+def test_social_iqa_splits_are_disjoint_and_its_test_runs_once(tmp_path, monkeypatch):
+    """``rl_signal.py`` follows the protocol: train, dev and test items are disjoint; ``--split test`` needs
+    ``--final`` and ``--out``, and its settings are kept there."""
+    import rl_signal
+
+    args = argparse.Namespace(data=rl_signal.DEFAULT_DATA, seed=0, train=200, heldout=50)
+    if not args.data.is_file():
+        pytest.skip(f"SKIPPED LOUDLY: no Social IQa sample at {args.data}")
+    train, dev, test = rl_signal.split_items(args)
+    assert (len(train), len(dev), len(test)) == (200, 50, 46)  # 300 lines, 296 distinct unambiguous questions
+    keys = [{(i.context, i.question) for i in part} for part in (train, dev, test)]
+    assert not (keys[0] & keys[1]) and not (keys[0] & keys[2]) and not (keys[1] & keys[2])
+
+    for extra, message in (([], "--final"), (["--final", "--out", str(tmp_path)], "test runs once")):
+        if extra:
+            (tmp_path / "test_settings.json").write_text('{"settings": {"train": "1"}, "rows": []}')
+        monkeypatch.setattr(sys, "argv", ["rl_signal.py", "--split", "test", *extra])
+        with pytest.raises(SystemExit, match=message):
+            rl_signal.main()
