@@ -102,9 +102,16 @@ def fmt_diff(result: tuple[float, float, float, int, int]) -> str:
     return "-" if mean != mean else f"{mean:+.2f} [{low:+.2f}, {high:+.2f}] ({n_seeds}x{n_instances})"
 
 
-def guard_test_once(folder: Path, settings: dict, rows: Sequence[str]) -> None:
-    """A test split runs once: the settings (and rows) of its first run are kept in ``folder``; a later run under
-    other settings, or with a row not run then, is refused. Choices are made on dev."""
+def guard_test_once(folder: Path | None, settings: dict, rows: Sequence[str], final: bool) -> None:
+    """A test split runs once, at the end: only with ``--final`` and a run folder, where the settings (and rows)
+    of its first run are kept; a later run under other settings, or with a row not run then, is refused. Choices
+    are made on dev."""
+    if not final:
+        raise SystemExit(
+            "--split test runs once, for the final rows: make every choice on --split dev, then add --final"
+        )
+    if folder is None:
+        raise SystemExit("--split test keeps its settings in the run folder: give one (--keep or --out RUN)")
     guard = folder / "test_settings.json"
     mine = {"settings": settings, "rows": sorted(rows)}
     if guard.is_file():

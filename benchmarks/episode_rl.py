@@ -328,7 +328,7 @@ class Run:
 
     def guard_test(self, rows: list[Row]) -> None:
         """``--split test`` runs once: the settings it ran under are kept, and other settings are refused."""
-        guard_test_once(self.folder, settings_of(self.args), [r.text for r in rows])
+        guard_test_once(self.folder, settings_of(self.args), [r.text for r in rows], self.args.final)
 
 
 def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
@@ -490,8 +490,6 @@ def main() -> None:
                     run.ensure(row, seed)
         return
     if args.split == "test":
-        if not args.final:
-            raise SystemExit("--split test runs once, for the final rows: make choices on dev, then add --final")
         run.guard_test(rows)
     evals = {row.text: run.evaluations(row, args.split, args.seeds) for row in rows}
     print_table(args.split, evals, run, args)

@@ -38,7 +38,7 @@ BASE = "smollm2-135m"
 def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
     """The held-out games, one row each (instance, seed, greedy, goal, success); ``done`` rows are kept."""
     rows = list(done)
-    for greedy, wanted in ((True, [args.seed]), (False, [args.seed + 1 + i for i in range(args.k)])):
+    for greedy, wanted in ((True, [args.eval_seed]), (False, [args.eval_seed + 1 + i for i in range(args.k)])):
         seeds = [s for s in wanted if not any(r["greedy"] == greedy and r["seed"] == s for r in done)]
         if not seeds:
             continue
@@ -152,7 +152,6 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     args.train, args.scenarios, args.max_turns = f"{args.game}:train", f"{args.game}:{args.split}", 8
-    args.seed = args.eval_seed  # what evaluate's seeds start from
     if args.quick:
         import tempfile
 
@@ -162,9 +161,7 @@ def main() -> None:
     if args.keep is None:
         raise SystemExit("--keep RUN is needed (or --quick)")
     if args.split == "test" and not args.quick:
-        if not args.final:
-            raise SystemExit("--split test runs once, at the end: add --final (make every choice on --split dev)")
-        guard_test_once(args.keep, settings_of(args), ROWS)
+        guard_test_once(args.keep, settings_of(args), ROWS, args.final)
     seeds = [int(s) for s in args.seeds.split(",")]
     run = args.keep
     stages_file = run / "stages.json"

@@ -123,10 +123,6 @@ def grpo(model: str, data: Path, out: Path, steps: int, **overrides):
     return train_grpo(GRPOStageConfig(**{**settings, **overrides}).starting_from(model))
 
 
-def interval(pair: tuple[float, float], digits: int = 2) -> str:
-    return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
-
-
 def split_items(args):
     """The shared sample shuffled with ``--seed``: train, dev and test items, disjoint. The sample repeats a few
     (context, question) pairs (300 lines, 297 pairs): one copy is kept, and a pair whose copies disagree on the
@@ -148,14 +144,18 @@ def socialiqa_part(args, work: Path) -> None:
     train_path = work / "train.jsonl"
     train_path.write_text("".join(item.model_dump_json() + "\n" for item in train))
     rows = []
-    rewards: dict[str, dict[int | None, dict[str, float]]] = {}  # stage -> training seed -> item -> reward
-    figures: dict[str, list[dict]] = {}
+    figures: dict[str, dict[int | None, dict]] = {}  # stage -> training seed -> held_out_figures
+
+    def rewards(stage: str) -> dict[int | None, dict[str, float]]:
+        """Reward per training seed and item: the bootstrap's cells."""
+        return {
+            seed: {str(i): item["reward"] for i, item in enumerate(r["items"])} for seed, r in figures[stage].items()
+        }
 
     def measure(stage: str, seed: int | None, model: str) -> None:
         t0 = time.perf_counter()
         r = held_out_figures(model, held_out, args.max_new_tokens)
-        rewards.setdefault(stage, {})[seed] = {str(i): item["reward"] for i, item in enumerate(r["items"])}
-        figures.setdefault(stage, []).append(r)
+        figures.setdefault(stage, {})[seed] = r
         print(
             f"{stage} seed {seed}: mean reward {r['mean_reward']:.2f}, format {r['format_valid_rate']:.0%}, accuracy "
             f"{r['accuracy']:.0%} (eval {time.perf_counter() - t0:.0f} s); first answer: {r['example'][:200]!r}",
@@ -174,15 +174,16 @@ def socialiqa_part(args, work: Path) -> None:
         rl = grpo(bc.model_dir, train_path, work / "grpo" / f"seed{seed}", args.grpo_steps, seed=seed)
         trained["+ GRPO"].append((rl, (time.perf_counter() - t0) / 60))
         measure("+ GRPO", seed, rl.model_dir)
-    for stage, results in figures.items():
-        per_item = [reward for cells in rewards[stage].values() for reward in cells.values()]
+    for stage, by_seed in figures.items():
+        results = list(by_seed.values())
+        per_item = [reward for cells in rewards(stage).values() for reward in cells.values()]
         versus = {"+ BC warm-start": "base", "+ GRPO": "+ BC warm-start"}.get(stage)
         runs = trained[stage]
         zero = [rl.zero_std_share for rl, _ in runs if getattr(rl, "zero_std_share", None) is not None]
         rows.append(
             [stage, args.split, f"{statistics.fmean(m for _, m in runs):.1f}" if runs else "-"]
             + [f"{statistics.fmean(per_item):.2f}", ", ".join(f"{r['mean_reward']:.2f}" for r in results)]
-            + [fmt_diff(hierarchical_interval(rewards[stage], rewards[versus])) if versus else "-"]
+            + [fmt_diff(hierarchical_interval(rewards(stage), rewards(versus))) if versus else "-"]
             + [f"{statistics.fmean(r['format_valid_rate'] for r in results):.0%}"]
             + [
                 f"{statistics.fmean(r['accuracy'] for r in results):.0%}",
@@ -274,10 +275,8 @@ def main() -> None:
         args.train, args.heldout, args.bc_steps, args.grpo_steps, args.social_turns_steps = 16, 8, 2, 2, 2
         args.seeds, args.split = "0", "dev"
     if args.split == "test":
-        if not (args.final and args.out):
-            raise SystemExit("--split test runs once, at the end: add --final and --out RUN (choose on --split dev)")
         settings = {k: str(v) for k, v in vars(args).items() if k not in ("split", "final", "out", "quick")}
-        guard_test_once(args.out, settings, ["base", "bc", "grpo"])
+        guard_test_once(args.out, settings, ["base", "bc", "grpo"], args.final)
     if not args.data.is_file():
         raise SystemExit(f"no Social IQa data at {args.data} (give --data FILE)")
     print(machine_line())

@@ -80,7 +80,7 @@ def test_rows_parse_with_overrides_and_temperature():
 def test_test_runs_once_under_one_set_of_settings(tmp_path):
     args = argparse.Namespace(
         steps=10, lr=2e-4, iterations=2, beta=0.1, bc_epochs=3.0, bc_lr=1e-3, sr_samples=2, max_turns=6,
-        max_new_tokens=40, temperature=0.7, train_scenarios="verifiable:train", k=8, eval_seed=0,
+        max_new_tokens=40, temperature=0.7, train_scenarios="verifiable:train", k=8, eval_seed=0, final=True,
     )  # fmt: skip
     rows = [episode_rl.Row.parse(r) for r in ("bc", "grpo")]
     episode_rl.Run(tmp_path, args).guard_test(rows)
@@ -112,11 +112,11 @@ def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
         game="negotiation-game", role="proposer", steps=6, lr=5e-4, k=4, groups=4, group_size=4, resample=2,
         max_new_tokens=64, temperature=0.7, seeds="0,1,2", eval_seed=0,
     )  # fmt: skip
-    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)
-    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)  # the same run again: allowed
+    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)
+    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)  # the same run again: allowed
     args.steps = 12
     with pytest.raises(SystemExit, match="test runs once"):
-        _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS)
+        _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)
 
 
 def test_social_iqa_splits_are_disjoint_and_its_test_runs_once(tmp_path, monkeypatch):
