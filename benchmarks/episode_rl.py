@@ -196,7 +196,6 @@ def train_bc(
     from sotopia_env.training.dataset import build_dataset, min_goal, played_by
     from sotopia_env.training.episode_grpo import make_rollout
     from sotopia_env.training.experts import VerifiableExpert
-    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
     rollout = make_rollout(rollout_config(args, scenarios, scenarios_dir=list(scenarios_dir)), EXPERT)
 
@@ -217,22 +216,40 @@ def train_bc(
 
     logs = asyncio.run(demonstrations())
     dataset, _ = build_dataset(logs, [played_by(EXPERT), min_goal(1)], example_filters)
-    config = SFTTrainConfig(
-        base_model="smollm2-135m", output_dir=str(out), lora_r=8, lora_alpha=32, learning_rate=args.bc_lr,
-        num_epochs=args.bc_epochs, batch_size=2, grad_accum=4, max_length=1024, save_steps=4, seed=seed,
-        progress=False, gradient_checkpointing=args.checkpointing,
-    )  # fmt: skip
-    result = train_sft(dataset, config)
+    result = sft(out, dataset, args, seed)
     won = sum(1 for log in logs if log.rating and log.rating.ratings[log.setup.agent_names[0]].success)
     return {"note": f"{result.examples} turns of {won} won expert episodes (of {len(logs)}), {result.steps} steps"}
+
+
+def sft(
+    out: Path,
+    dataset,
+    args: argparse.Namespace,
+    seed: int,
+    start: Path | None = None,
+    lr: float | None = None,
+    epochs: float | None = None,
+    max_length: int = 1024,
+):
+    """The benchmarks' LoRA SFT of ``dataset`` (TRL's result): a new LoRA (r 8) on the embedded model at
+    ``--bc-lr`` for ``--bc-epochs``, or the adapter of ``start`` continued (at ``lr`` for ``epochs``)."""
+    from sotopia_env.model_ref import read_model_ref
+    from sotopia_env.training.sft import SFTTrainConfig, train_sft
+
+    base, adapter = read_model_ref(str(start)) if start is not None else ("smollm2-135m", None)
+    config = SFTTrainConfig(
+        base_model=base, init_adapter=adapter, output_dir=str(out), lora_r=8, lora_alpha=32,
+        learning_rate=args.bc_lr if lr is None else lr, num_epochs=args.bc_epochs if epochs is None else epochs,
+        batch_size=2, grad_accum=4, max_length=max_length, save_steps=4, seed=seed, progress=False,
+        gradient_checkpointing=args.checkpointing,
+    )  # fmt: skip
+    return train_sft(dataset, config)
 
 
 def train_sr(out: Path, bc: Path, args: argparse.Namespace, seed: int) -> dict:
     """One SR round from the BC policy: its own sampled episodes on the train instances, filtered as the SR
     stage filters (best per scenario and seat, goal at least 1), trained on from the BC adapter."""
-    from sotopia_env.model_ref import read_model_ref
     from sotopia_env.training.dataset import build_dataset, min_goal, top1_per_scenario_role
-    from sotopia_env.training.sft import SFTTrainConfig, train_sft
 
     seeds = [1000 * seed + 100 + i for i in range(args.sr_samples)]
     episodes = play(str(bc), args, "verifiable:train", seeds, args.temperature)
@@ -241,13 +258,7 @@ def train_sr(out: Path, bc: Path, args: argparse.Namespace, seed: int) -> dict:
     dataset, _ = build_dataset(logs, [learner_seat, top1_per_scenario_role, min_goal(1)])
     if len(dataset) == 0:
         raise SystemExit(f"sr seed {seed}: no self-play episode passed the filters")
-    base, adapter = read_model_ref(str(bc))
-    config = SFTTrainConfig(
-        base_model=base, init_adapter=adapter, output_dir=str(out), learning_rate=args.bc_lr / 2, num_epochs=2,
-        batch_size=2, grad_accum=4, max_length=1024, save_steps=4, seed=seed, progress=False,
-        gradient_checkpointing=args.checkpointing,
-    )  # fmt: skip
-    result = train_sft(dataset, config)
+    result = sft(out, dataset, args, seed, start=bc, lr=args.bc_lr / 2, epochs=2)
     return {"note": f"{result.examples} turns of {len(logs)} self-play episodes, {result.steps} steps"}
 
 

@@ -3,36 +3,48 @@ players, on held-out instances?
 
     python benchmarks/game_rl.py --keep RUN [--game negotiation-game] [--role proposer] --split dev --seeds 0,1,2
     python benchmarks/game_rl.py --keep RUN ... --split test --final      # once, with the settings chosen on dev
-    python benchmarks/game_rl.py --quick                   # 1 step of 1 group x 2, one instance (smoke)
+    python benchmarks/game_rl.py --quick          # base, bc (1 step, 1 game each), grpo (1 step of 1 x 2); smoke
 
 The protocol of ``episode_rl.py``: every choice (steps, learning rate, groups) is made on ``--split dev``
 (``GAME:dev``); ``--split test`` (``GAME:test``) runs once, with ``--final``, and a second test run under other
-settings is refused. Rows: ``base`` (the embedded model in the role; no training seed) and ``grpo`` (episode GRPO
-from the base model with a new LoRA, once per training seed in ``--seeds``, the policy in every seat of ``--role``,
-``rule-player`` in the others, reward: the game's goal from ``--evaluator verifiable``). Evaluation: every
-instance of the split, greedy (seed S) and ``--k`` episodes sampled at the training temperature (seeds S+1..S+k),
-the same for every row, so rows are paired by (instance, evaluation seed). Rule players are stochastic, so a
-game's instance alone is not the unit: the interval is a hierarchical bootstrap over training seeds and
-(instance, evaluation seed) episodes. The table: win rate (the judge's ``success``) with a Wilson 95% interval,
-mean goal, the sampled goal per training seed, and the paired difference in goal from base. Not a test: run it
-by hand. A run folder resumes: ``RUN/stages.json``, ``RUN/grpo/seed<S>``, ``RUN/evals/<split>/<row>/``.
+settings is refused. Rows (``--rows``), the policy in every seat of ``--role``, ``rule-player`` in the others:
+
+- ``base``: the embedded model (no training seed);
+- ``bc``: a LoRA SFT on the role's turns in the games its rule player won, rule players in every seat of the
+  train instances (``--bc-games`` games each, the same for every training seed): the games' expert pattern, and a
+  start from which GRPO's groups are not all zeros (from ``base`` they were: its proposer almost never won);
+- ``grpo``: episode GRPO continuing ``bc``, reward: the game's goal from ``--evaluator verifiable``;
+- ``grpo-shuffled``: the control that can fail, GRPO from ``bc`` with each group's rewards permuted among its
+  episodes (the same compute, no signal).
+
+Each trained row once per training seed in ``--seeds``. Evaluation: every instance of the split, greedy (seed S)
+and ``--k`` episodes sampled at the training temperature (seeds S+1..S+k), the same for every row, so rows are
+paired by (instance, evaluation seed). Rule players are stochastic, so a game's instance alone is not the unit:
+intervals are a hierarchical bootstrap over training seeds and (instance, evaluation seed) episodes. The table:
+win rate (the judge's ``success``) with a Wilson 95% interval, mean goal, the sampled goal per training seed, and
+the paired difference in goal from the row's start and from base. Not a test: run it by hand. A run folder
+resumes: ``RUN/stages.json``, ``RUN/<row>/seed<S>``, ``RUN/evals/<split>/<row>/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 from pathlib import Path
 
 from _common import machine_line
 from _stages import evaluate_kept, fmt_diff, guard_test_once, hierarchical_interval, run_stage
-from episode_rl import play
+from episode_rl import play, rollout_config, sft
 
+from sotopia_env.agents.loading import RULE_PLAYER
 from sotopia_env.episodes.game_report import wilson
 
-ROWS = ("base", "grpo")
+ROWS = ("base", "bc", "grpo", "grpo-shuffled")
+START = {"bc": "base", "grpo": "bc", "grpo-shuffled": "bc"}  # the stage each trained row continues
 BASE = "smollm2-135m"
+BC_MAX_LENGTH = 1536  # a game's prompt reaches ~1,400 tokens by its last rounds (1,024 would cut completions off)
 
 
 def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
@@ -52,18 +64,54 @@ def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict
 
 
 def learner(args: argparse.Namespace) -> dict:
-    return {"role": args.role, "partner": "rule-player", "evaluator": "verifiable"}
+    return {"role": args.role, "partner": RULE_PLAYER, "evaluator": "verifiable"}
 
 
-def train(out: Path, args: argparse.Namespace, seed: int) -> dict:
-    from sotopia_env.training.episode_grpo import EpisodeGRPOConfig, train_episode_grpo
+def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
+    """Rule players in every seat of the train instances (evaluation seeds ``0..--bc-games-1``: the same games for
+    every training seed); a LoRA SFT on the ``--role`` seats' turns of the games that seat won."""
+    from sotopia_env.agents.game_players import RulePlayer
+    from sotopia_env.episodes.runner import play as play_episode
+    from sotopia_env.training.dataset import build_dataset
+    from sotopia_env.training.episode_grpo import make_rollout
 
-    config = EpisodeGRPOConfig(
-        base_model=BASE, output_dir=str(out), scenarios=args.train, max_steps=args.steps, learning_rate=args.lr,
-        temperature=args.temperature, max_completion_length=args.max_new_tokens, group_size=args.group_size,
+    rollout = make_rollout(rollout_config(args, args.train, **learner(args)), BASE)
+    seats = {setup.scenario.id: set(rollout.learner_seats(setup)) for setup in rollout.setups}
+
+    async def games():
+        return [
+            await play_episode(
+                setup,
+                [RulePlayer() for _ in setup.agent_names],
+                rollout.evaluator,
+                rollout.env,
+                [RULE_PLAYER] * len(setup.agent_names),
+                seed=game,
+            )  # fmt: skip
+            for setup in rollout.setups
+            for game in range(args.bc_games)
+        ]
+
+    def role_seats_that_won(samples):
+        return [s for s in samples if s.seat in seats[s.scenario_id] and s.log.rating.ratings[s.agent].success]
+
+    logs = asyncio.run(games())
+    dataset, stats = build_dataset(logs, [role_seats_that_won], prompt=rollout.prompt)
+    result = sft(out, dataset, args, seed, max_length=BC_MAX_LENGTH)
+    return {"note": f"{result.examples} turns of {stats.samples_kept} won {args.role} seats in {len(logs)} rule "
+                    f"games, {result.steps} steps"}  # fmt: skip
+
+
+def train_grpo(out: Path, start: Path, args: argparse.Namespace, seed: int, shuffled: bool) -> dict:
+    """Episode GRPO continuing ``start`` (the BC adapter) in the ``--role`` seats; ``shuffled``: the control with
+    each group's rewards permuted among its episodes (the same compute, no signal)."""
+    from sotopia_env.training.episode_grpo import train_episode_grpo
+
+    config = rollout_config(
+        args, args.train, output_dir=str(out), max_steps=args.steps, learning_rate=args.lr, group_size=args.group_size,
         groups_per_step=args.groups, max_resample_groups=args.resample, save_steps=1, progress=False, seed=seed,
-        **learner(args),
-    )  # fmt: skip
+        shuffle_rewards=shuffled, gradient_checkpointing=args.checkpointing, **learner(args),
+    ).starting_from(str(start))  # fmt: skip
     result = train_episode_grpo(config)
     rewards = [None if r is None else round(r, 2) for r in result.rewards]
     return {"note": f"{result.steps} steps, train rewards {rewards}", "zero_std_share": result.zero_std_share}
@@ -93,37 +141,43 @@ def mean_goal(by_seed: dict[int | None, list[dict]], greedy: bool) -> str:
 
 def print_table(evals: dict[str, dict], stages: dict[str, dict], args: argparse.Namespace) -> None:
     print(f"### Game RL: {args.role} in {args.scenarios} ({args.split}), against rule players, paired\n")
-    print("| row | split | won, greedy [Wilson 95%] | won, sampled [Wilson 95%] | goal, sampled | sampled per seed | "
-          "vs base, sampled [95% hier.] | unrated | train time | peak RSS |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| row | split | won, greedy [Wilson 95%] | won, sampled [Wilson 95%] | goal, sampled | sampled per seed "
+        "| vs its start, sampled [95% hier.] | vs base, sampled [95% hier.] | unrated | train time | peak RSS |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, by_seed in evals.items():
         pooled = [r for rows in by_seed.values() for r in rows]
         per_seed = ", ".join(mean_goal({s: rows}, False) for s, rows in by_seed.items() if s is not None) or "-"
-        diff = "-"
-        if name != "base" and "base" in evals:
-            diff = fmt_diff(hierarchical_interval(goal_cells(by_seed, False), goal_cells(evals["base"], False)))
+        diffs = [
+            fmt_diff(hierarchical_interval(goal_cells(by_seed, False), goal_cells(evals[ref], False)))
+            if ref in evals else "-"
+            for ref in (START.get(name), "base" if name != "base" else None)
+        ]  # fmt: skip
         trained = [stages[f"{name}/seed{s}"] for s in by_seed if f"{name}/seed{s}" in stages]
         seconds = [t["seconds"] for t in trained]
         rss = [t["peak_rss_mb"] for t in trained]
         print(
             f"| {name} | {args.split} | {won_cell(pooled, True)} | {won_cell(pooled, False)} | "
-            f"{mean_goal(by_seed, False)} | {per_seed} | {diff} | {sum('goal' not in r for r in pooled)} | "
-            f"{f'{statistics.fmean(seconds):.0f} s' if seconds else '-'} | {f'{max(rss):.0f} MiB' if rss else '-'} |"
+            f"{mean_goal(by_seed, False)} | {per_seed} | {diffs[0]} | {diffs[1]} | "
+            f"{sum('goal' not in r for r in pooled)} | {f'{statistics.fmean(seconds):.0f} s' if seconds else '-'} | "
+            f"{f'{max(rss):.0f} MiB' if rss else '-'} |"
         )
     print()
     for name, stage in stages.items():
         print(f"- {name}: {stage['note']}")
     print(
-        f"\nSettings: {args.steps} GRPO steps of {args.groups} x {args.group_size} at lr {args.lr}, temperature "
-        f"{args.temperature}, {args.max_new_tokens} tokens a move, starts {args.train}, training seeds {args.seeds}; "
-        f"{machine_line()}"
+        f"\nSettings: BC on the rule players' won {args.role} seats of {args.bc_games} games per train instance, "
+        f"{args.bc_epochs} epochs at lr {args.bc_lr}; then {args.steps} GRPO steps of {args.groups} x "
+        f"{args.group_size} at lr {args.lr}, temperature {args.temperature}, {args.max_new_tokens} tokens a move, "
+        f"starts {args.train}, training seeds {args.seeds}; {machine_line()}"
     )
 
 
 def settings_of(args: argparse.Namespace) -> dict:
     """What the rows depend on: the test guard keeps them."""
-    keys = ("game", "role", "steps", "lr", "k", "groups", "group_size", "resample", "max_new_tokens", "temperature",
-            "seeds", "eval_seed")  # fmt: skip
+    keys = ("game", "role", "bc_games", "bc_epochs", "bc_lr", "steps", "lr", "k", "groups", "group_size", "resample",
+            "max_new_tokens", "temperature", "seeds", "eval_seed")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -132,12 +186,16 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="the run folder (stages and evaluations are kept)")
     parser.add_argument("--game", default="negotiation-game", help="the game's tag")
     parser.add_argument("--role", default="proposer", help="the role (or team) the policy plays")
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--k", type=int, default=4, help="sampled evaluation episodes per instance")
-    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"of {', '.join(ROWS)}")
+    parser.add_argument("--bc-games", type=int, default=8, help="rule games per train instance BC learns from")
+    parser.add_argument("--bc-epochs", type=float, default=2.0)
+    parser.add_argument("--bc-lr", type=float, default=1e-3)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--k", type=int, default=8, help="sampled evaluation episodes per instance")
+    parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--resample", type=int, default=2, help="extra groups a step may play for signal")
+    parser.add_argument("--resample", type=int, default=1, help="extra groups a step may play for signal")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--batch", type=int, default=32, help="the local backend's batch size")
@@ -146,6 +204,12 @@ def main() -> None:
     parser.add_argument("--final", action="store_true", help="needed with --split test (which runs once)")
     parser.add_argument("--seeds", default="0,1,2", help="training seeds: grpo is trained once each")
     parser.add_argument("--eval-seed", type=int, default=0, help="the evaluation's seeds start here")
+    parser.add_argument(
+        "--no-checkpointing",
+        dest="checkpointing",
+        action="store_false",
+        help="keep activations in training (faster steps, more memory)",
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     import torch
@@ -157,25 +221,38 @@ def main() -> None:
 
         args.keep = args.keep or Path(tempfile.mkdtemp(prefix="game-rl-"))
         args.steps, args.k, args.groups, args.group_size, args.resample = 1, 0, 1, 2, 0
+        args.bc_games, args.bc_epochs, args.rows = 1, 0.5, "base,bc,grpo"
         args.scenarios, args.seeds = "negotiation-hackathon-prize", "0"
     if args.keep is None:
         raise SystemExit("--keep RUN is needed (or --quick)")
+    seeds, rows = [int(s) for s in args.seeds.split(",")], args.rows.split(",")
+    if unknown := set(rows) - set(ROWS):
+        raise SystemExit(f"--rows: unknown {sorted(unknown)} (rows: {', '.join(ROWS)})")
     if args.split == "test" and not args.quick:
-        guard_test_once(args.keep, settings_of(args), ROWS, args.final)
-    seeds = [int(s) for s in args.seeds.split(",")]
+        guard_test_once(args.keep, settings_of(args), rows, args.final)
     run = args.keep
     stages_file = run / "stages.json"
     stages: dict[str, dict] = json.loads(stages_file.read_text()) if stages_file.is_file() else {}
-    for seed in seeds:
-        if f"grpo/seed{seed}" not in stages:
-            run_stage(stages, stages_file, f"grpo/seed{seed}", lambda s=seed: train(run / "grpo" / f"seed{s}", args, s))
-    evals: dict[str, dict] = {"base": {}, "grpo": {}}
-    for name, seed, spec in (("base", None, BASE), *(("grpo", s, str(run / "grpo" / f"seed{s}")) for s in seeds)):
-        evals[name][seed] = evaluate_kept(
-            run,
-            f"{args.split}/{name}/seed{'-' if seed is None else seed}",
-            lambda done, spec=spec: evaluate(spec, args, done),
-        )
+    trainers = {
+        "bc": lambda out, s: train_bc(out, args, s),
+        "grpo": lambda out, s: train_grpo(out, run / "bc" / f"seed{s}", args, s, shuffled=False),
+        "grpo-shuffled": lambda out, s: train_grpo(out, run / "bc" / f"seed{s}", args, s, shuffled=True),
+    }
+    trained = [n for n in ROWS[1:] if n in rows or any(START.get(r) == n for r in rows)]  # bc first
+    for name in trained:
+        for seed in seeds:
+            key = f"{name}/seed{seed}"
+            if key not in stages:
+                run_stage(stages, stages_file, key, lambda n=name, s=seed: trainers[n](run / n / f"seed{s}", s))
+    evals: dict[str, dict] = {}
+    for name in rows:
+        for seed in [None] if name == "base" else seeds:
+            spec = BASE if seed is None else str(run / name / f"seed{seed}")
+            evals.setdefault(name, {})[seed] = evaluate_kept(
+                run,
+                f"{args.split}/{name}/seed{'-' if seed is None else seed}",
+                lambda done, spec=spec: evaluate(spec, args, done),
+            )
     print_table(evals, stages, args)
 
 

@@ -114,8 +114,11 @@ def test_grpo_step_benchmark_runs_on_the_embedded_model(embedded_model_path: str
 def test_game_rl_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
     out = quick_run("game_rl.py")
     assert "### Game RL: proposer in negotiation-hackathon-prize" in out and "load average" in out
-    rows = [line for line in out.splitlines() if line.startswith(("| base", "| grpo"))]
-    assert len(rows) == 2 and all(line.split("|")[8].strip() == "0" for line in rows)  # "unrated": every game rated
+    rows = [line.split("|") for line in out.splitlines() if line.startswith(("| base", "| bc", "| grpo"))]
+    assert [r[1].strip() for r in rows] == ["base", "bc", "grpo"]
+    assert all(r[9].strip() == "0" for r in rows)  # "unrated": every game rated
+    (bc_note,) = [line for line in out.splitlines() if line.startswith("- bc/seed0: ")]
+    assert int(bc_note.split(" turns of ")[1].split(" won proposer seats")[0]) > 0  # the rule players' wins taught it
 
 
 @pytest.mark.model

@@ -109,8 +109,8 @@ def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="--final"):
         game_rl.main()
     args = argparse.Namespace(
-        game="negotiation-game", role="proposer", steps=6, lr=5e-4, k=4, groups=4, group_size=4, resample=2,
-        max_new_tokens=64, temperature=0.7, seeds="0,1,2", eval_seed=0,
+        game="negotiation-game", role="proposer", bc_games=8, bc_epochs=2.0, bc_lr=1e-3, steps=6, lr=5e-4, k=4,
+        groups=4, group_size=4, resample=2, max_new_tokens=64, temperature=0.7, seeds="0,1,2", eval_seed=0,
     )  # fmt: skip
     _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)
     _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)  # the same run again: allowed
