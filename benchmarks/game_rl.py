@@ -87,7 +87,7 @@ def train_bc(out: Path, args: argparse.Namespace, seed: int) -> dict:
                 rollout.env,
                 [RULE_PLAYER] * len(setup.agent_names),
                 seed=game,
-            )  # fmt: skip
+            )
             for setup in rollout.setups
             for game in range(args.bc_games)
         ]
