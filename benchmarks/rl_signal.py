@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import random
 import statistics
 import tempfile
@@ -123,6 +125,32 @@ def grpo(model: str, data: Path, out: Path, steps: int, **overrides):
     return train_grpo(GRPOStageConfig(**{**settings, **overrides}).starting_from(model))
 
 
+def keep_training_settings(work: Path, args) -> None:
+    """``WORK/trained_with.json``: what the models kept in ``work`` depend on. A later run with other training
+    settings is refused there, so ``kept`` never hands it models trained otherwise."""
+    path = work / "trained_with.json"
+    mine = {k: str(getattr(args, k)) for k in ("train", "heldout", "seed", "bc_epochs", "bc_steps", "grpo_steps")}
+    mine["data_sha256"] = hashlib.sha256(args.data.read_bytes()).hexdigest()
+    if path.is_file() and (kept_settings := json.loads(path.read_text())) != mine:
+        raise SystemExit(f"{path}: the models there were trained under {kept_settings}, not {mine}; give another --out")
+    path.write_text(json.dumps(mine, indent=2))
+
+
+def kept(out: Path, train, *args, **kwargs):
+    """The stage whose result file is in ``out`` (a finished stage of an earlier run with this ``--out``: the test
+    run evaluates the very models the dev run trained), else ``train(*args, **kwargs)``'s."""
+    from sotopia_env.training.rl_result import RESULT_FILE as GRPO_RESULT
+    from sotopia_env.training.rl_result import GRPOResult
+    from sotopia_env.training.sft import RESULT_FILE as SFT_RESULT
+    from sotopia_env.training.sft import TrainResult
+
+    for name, result in ((SFT_RESULT, TrainResult), (GRPO_RESULT, GRPOResult)):
+        if (out / name).is_file():
+            print(f"{out}: kept from an earlier run, not trained again", flush=True)
+            return result(**json.loads((out / name).read_text()))
+    return train(*args, **kwargs)
+
+
 def split_items(args):
     """The shared sample shuffled with ``--seed``: train, dev and test items, disjoint. The sample repeats a few
     (context, question) pairs (300 lines, 297 pairs): one copy is kept, and a pair whose copies disagree on the
@@ -166,13 +194,12 @@ def socialiqa_part(args, work: Path) -> None:
     measure("base", None, "smollm2-135m")
     trained: dict[str, list] = {"base": [], "+ BC warm-start": [], "+ GRPO": []}
     for seed in seeds:
-        t0 = time.perf_counter()
-        bc = bc_warm_start(train, work / "bc" / f"seed{seed}", args.bc_epochs, args.bc_steps, seed)
-        trained["+ BC warm-start"].append((bc, (time.perf_counter() - t0) / 60))
+        bc_dir, rl_dir = work / "bc" / f"seed{seed}", work / "grpo" / f"seed{seed}"
+        bc = kept(bc_dir, bc_warm_start, train, bc_dir, args.bc_epochs, args.bc_steps, seed)
+        trained["+ BC warm-start"].append((bc, bc.seconds / 60))
         measure("+ BC warm-start", seed, bc.model_dir)
-        t0 = time.perf_counter()
-        rl = grpo(bc.model_dir, train_path, work / "grpo" / f"seed{seed}", args.grpo_steps, seed=seed)
-        trained["+ GRPO"].append((rl, (time.perf_counter() - t0) / 60))
+        rl = kept(rl_dir, grpo, bc.model_dir, train_path, rl_dir, args.grpo_steps, seed=seed)
+        trained["+ GRPO"].append((rl, rl.seconds / 60))
         measure("+ GRPO", seed, rl.model_dir)
     for stage, by_seed in figures.items():
         results = list(by_seed.values())
@@ -284,6 +311,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.out or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        keep_training_settings(work, args)
         socialiqa_part(args, work)
         if args.social_turns_steps > 0:
             social_turns_part(args, work)

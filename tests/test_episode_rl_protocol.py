@@ -138,3 +138,34 @@ def test_social_iqa_splits_are_disjoint_and_its_test_runs_once(tmp_path, monkeyp
         monkeypatch.setattr(sys, "argv", ["rl_signal.py", "--split", "test", *extra])
         with pytest.raises(SystemExit, match=message):
             rl_signal.main()
+
+
+def test_social_iqa_test_run_evaluates_the_dev_runs_models(tmp_path):
+    """A stage finished in ``--out`` is kept (the test run evaluates the models the dev run trained, not new ones),
+    and a run under other training settings is refused there, so kept models are never those of other settings."""
+    import rl_signal
+
+    from sotopia_env.training.sft import RESULT_FILE, TrainResult
+
+    data = tmp_path / "items.jsonl"
+    data.write_text('{"context": "c", "question": "q"}\n')
+    args = argparse.Namespace(data=data, train=200, heldout=50, seed=0, bc_epochs=2.0, bc_steps=-1, grpo_steps=10)
+    rl_signal.keep_training_settings(tmp_path, args)
+    rl_signal.keep_training_settings(tmp_path, args)  # the same settings again: allowed
+
+    stage = tmp_path / "bc" / "seed0"
+    calls = []
+    trained = rl_signal.kept(stage, lambda *a: calls.append(a) or "trained", 1, 2)
+    assert trained == "trained" and calls == [(1, 2)]
+    stage.mkdir(parents=True)
+    TrainResult(model_dir=str(stage), losses=[1.0], steps=3, examples=8, seconds=60.0).save(stage / RESULT_FILE)
+    kept = rl_signal.kept(stage, lambda *a: calls.append(a) or "trained", 1, 2)
+    assert isinstance(kept, TrainResult) and kept.steps == 3 and len(calls) == 1  # not trained again
+
+    args.bc_epochs = 3.0
+    with pytest.raises(SystemExit, match="trained under"):
+        rl_signal.keep_training_settings(tmp_path, args)
+    data.write_text('{"context": "other", "question": "q"}\n')
+    args.bc_epochs = 2.0
+    with pytest.raises(SystemExit, match="trained under"):  # the same path, other items
+        rl_signal.keep_training_settings(tmp_path, args)
