@@ -1,14 +1,16 @@
 """Learning signal of GRPO: does RL on Social IQa teach SmolLM2-135M the think/answer format, on held-out items?
 
-    python benchmarks/rl_signal.py --split dev --seeds 0,1,2      # 200 train / 50 dev items of the shared sample
-    python benchmarks/rl_signal.py --split test --final --out RUN   # once, with the settings chosen on dev
+    python benchmarks/rl_signal.py --split dev --seeds 0,1,2 --out RUN  # 200 train / 50 dev items of the shared sample
+    python benchmarks/rl_signal.py --split test --final --out RUN     # once: the dev run's models, on the test items
     python benchmarks/rl_signal.py --quick         # smoke: 16 train / 8 dev items, 2 steps of each, one seed
     python benchmarks/rl_signal.py --social-turns-steps 0   # skip part 2
 
 The protocol of ``episode_rl.py``: every choice is made on ``--split dev``; ``--split test`` runs once, with
 ``--final`` and ``--out RUN`` (the settings of that run are kept there, and a second test run under other settings
-is refused). BC and GRPO are trained once per training seed in ``--seeds``; GRPO's gain over BC is a paired,
-hierarchical bootstrap over training seeds and items.
+is refused). BC and GRPO are trained once per training seed in ``--seeds``; a stage finished in ``--out`` is kept
+(``RUN/trained_with.json`` holds the training settings, and a run under others is refused there), so the test run
+evaluates the models the dev run trained. GRPO's gain over BC is a paired, hierarchical bootstrap over training
+seeds and items.
 
 Part 1, ``socialiqa``:
 
