@@ -149,7 +149,7 @@ def kept(out: Path, train, *args, **kwargs):
     for name, result in ((SFT_RESULT, TrainResult), (GRPO_RESULT, GRPOResult)):
         if (out / name).is_file():
             print(f"{out}: kept from an earlier run, not trained again", flush=True)
-            return result(**json.loads((out / name).read_text()))
+            return result.load(out / name)
     return train(*args, **kwargs)
 
 

@@ -89,6 +89,11 @@ class TrainResult:
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
 
+    @classmethod
+    def load(cls, path: Path) -> TrainResult:
+        """The result ``save`` wrote."""
+        return cls(**json.loads(path.read_text()))
+
 
 def train_sft(dataset, config: SFTTrainConfig) -> TrainResult:
     """Fine-tune ``config.base_model`` on ``dataset`` (prompt-completion rows); see the module docstring."""
