@@ -39,6 +39,9 @@ temperature) that was best on dev (kept in ``RUN/choices.json``). Not a test: ru
 
 A stopped run resumes: finished stages are in ``RUN/stages.json`` and evaluations in their files; a BC or SR stage
 cut short restarts from its last checkpoint (one every 4 optimiser steps), an episode-GRPO stage from its last step.
+The protocol's run is committed without its adapters (``benchmarks/runs/episode_rl``: stages, evaluations, choices,
+the test guard), so any checkout reprints its tables in seconds; a row with episodes still to play trains its stage
+again, and ``stages.json`` records whether the weights came out the same (``adapter_sha256``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,15 +152,16 @@ def conditions(row: Row, args: argparse.Namespace) -> list[tuple[float, list[int
     return [(0.0, [args.eval_seed]), *([(args.temperature, sampled)] if args.k else [])]
 
 
-def evaluate(spec: str, row: Row, split: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
+def evaluate(model: Callable[[], str], row: Row, split: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
     """The held-out episodes, one record each: instance, seed, temperature, kind, goal, success, turns, invalid.
-    Those in ``done`` are kept, not played again."""
+    Those in ``done`` are kept, not played again; ``model()`` (which may train the stage) is called only when an
+    episode is to be played."""
     records = list(done)
     for temperature, wanted in conditions(row, args):
         seeds = [s for s in wanted if not any(r["temperature"] == temperature and r["seed"] == s for r in done)]
         if not seeds:
             continue
-        for (instance, seed), e in play(spec, args, SPLITS[split], seeds, temperature):
+        for (instance, seed), e in play(model(), args, SPLITS[split], seeds, temperature):
             record = {"instance": instance, "seed": seed, "temperature": temperature}
             if e.log is None or e.reward.value is None:
                 records.append({**record, "unrated": True})
@@ -300,9 +304,12 @@ class Run:
         return str(self.stage_dir(row.stage, seed))
 
     def ensure(self, row: Row, seed: int) -> None:
-        """Train the row's stage for ``seed`` (and the stages it starts from) unless it is kept."""
+        """Train the row's stage for ``seed`` (and the stages it starts from) unless it is kept. A stage whose record
+        is kept without its adapter (a committed run folder on a fresh machine: adapters are not committed) is
+        trained again, and the record says whether the weights came out the same (``adapter_sha256``)."""
         key = f"{row.stage}/seed{seed}"
-        if key in self.stages:
+        kept = self.stages.get(key)
+        if kept is not None and self.stage_dir(row.stage, seed).is_dir():
             return
         args, out = self.args, self.stage_dir(row.stage, seed)
         if row.name == "bc":
@@ -315,10 +322,21 @@ class Run:
             self.ensure(Row.parse(start), seed)
             overrides = {**fixed, **dict(row.overrides)}
             trainer = lambda: train_grpo(out, self.stage_dir(start, seed), args, seed, overrides)  # noqa: E731
-        self.stages[key] = timed(trainer)
-        self.stages[key]["settings"] = settings_of(args, row)
+        summary = timed(trainer)
+        summary.update(settings=settings_of(args, row), threads=args.threads, adapter_sha256=adapter_digest(out))
+        if kept is None:
+            self.stages[key] = summary
+        else:
+            same = summary["adapter_sha256"] == kept.get("adapter_sha256")
+            kept.setdefault("retrained", []).append({k: v for k, v in summary.items() if k != "log"} | {"same": same})
+            print(
+                f"{key}: trained again (its adapter was not here): {'the same' if same else 'OTHER'} weights than "
+                "the kept record's, whose evaluations stay",
+                file=sys.stderr,
+                flush=True,
+            )
         self.stages_file.write_text(json.dumps(self.stages, indent=2))
-        print(f"{key}: trained in {self.stages[key]['seconds']:.0f} s", file=sys.stderr, flush=True)
+        print(f"{key}: trained in {summary['seconds']:.0f} s", file=sys.stderr, flush=True)
 
     def evaluations(self, row: Row, split: str, seeds: list[int]) -> dict[int | None, list[dict]]:
         """The row's evaluation records per training seed (``None`` for base), played where missing."""
@@ -327,7 +345,7 @@ class Run:
             cached = self.folder / "evals" / split / row.text / f"seed{'-' if seed is None else seed}.json"
             done = json.loads(cached.read_text()) if cached.is_file() else []
             t0 = time.perf_counter()
-            records = evaluate(self.spec(row, seed), row, split, self.args, done)
+            records = evaluate(lambda seed=seed: self.spec(row, seed), row, split, self.args, done)
             if len(records) > len(done):
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_text(json.dumps(records, indent=1))
@@ -340,6 +358,15 @@ class Run:
     def guard_test(self, rows: list[Row]) -> None:
         """``--split test`` runs once: the settings it ran under are kept, and other settings are refused."""
         guard_test_once(self.folder, settings_of(self.args), [r.text for r in rows], self.args.final)
+
+
+def adapter_digest(folder: Path) -> str:
+    """sha256 of a trained stage's weights (its top-level ``*.safetensors``): the same seed, settings and thread
+    count give the same digest on this CPU, so a stage trained again can be checked against its kept record."""
+    digest = hashlib.sha256()
+    for file in sorted(folder.glob("*.safetensors")):
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
 def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:

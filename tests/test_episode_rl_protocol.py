@@ -90,6 +90,42 @@ def test_test_runs_once_under_one_set_of_settings(tmp_path):
         episode_rl.Run(tmp_path, args).guard_test(rows)
 
 
+def test_a_kept_record_prints_its_table_without_its_adapters(tmp_path, monkeypatch, capsys):
+    """A run folder committed without its adapters (a fresh machine) reprints its table from the kept evaluations
+    and trains nothing; only a row with an episode still to play would train its stage again."""
+    import json
+
+    def records(goal_by_instance: dict[str, float]) -> list[dict]:
+        return [
+            {"instance": i, "seed": seed, "temperature": t, "kind": "bargaining", "goal": g, "success": float(g > 5)}
+            for i, g in goal_by_instance.items()
+            for t, seed in ((0.0, 0), (0.7, 1))
+        ]
+
+    evals = tmp_path / "evals" / "dev"
+    for row, seed, goals in (("base", "-", {"a": 0.0, "b": 1.0}), ("bc", "0", {"a": 4.0, "b": 7.0})):
+        (evals / row).mkdir(parents=True)
+        (evals / row / f"seed{seed}.json").write_text(json.dumps(records(goals)))
+    (tmp_path / "stages.json").write_text(json.dumps({"bc/seed0": {"seconds": 12.0, "peak_rss_mb": 900}}))
+
+    def no_training(*_args, **_kw):
+        raise AssertionError("a kept record must not train")
+
+    monkeypatch.setattr(episode_rl, "train_bc", no_training)
+    argv = ["episode_rl.py", "--keep", str(tmp_path), "--split", "dev", "--seeds", "0", "--rows", "base,bc", "--k", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    episode_rl.main()
+    table = capsys.readouterr().out
+    bc = next(line for line in table.splitlines() if line.startswith("| bc |"))
+    assert "| 5.50 | 5.50 |" in bc and "+5.00 [" in bc and "12 s" in bc, bc
+    assert not (tmp_path / "train").exists()
+
+    argv[-3:] = ["bc", "--k", "2"]  # seed 2 of bc is still to play, so bc would train again
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(AssertionError, match="must not train"):
+        episode_rl.main()
+
+
 def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
     """``game_rl.py`` follows the same protocol: its units are (instance, evaluation seed) episodes (rule players
     are stochastic, and a game's dev split may hold one instance), its test split needs ``--final`` and runs once."""
