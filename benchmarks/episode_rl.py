@@ -361,10 +361,14 @@ class Run:
 
 
 def adapter_digest(folder: Path) -> str:
-    """sha256 of a trained stage's weights (its top-level ``*.safetensors``): the same seed, settings and thread
-    count give the same digest on this CPU, so a stage trained again can be checked against its kept record."""
+    """sha256 of a trained stage's weights (the ``*.safetensors`` of the adapter its model reference names): the
+    same seed, settings and thread count should give the same digest, so a stage trained again can be checked
+    against its kept record."""
+    from sotopia_env.model_ref import read_model_ref
+
+    _, adapter = read_model_ref(str(folder))
     digest = hashlib.sha256()
-    for file in sorted(folder.glob("*.safetensors")):
+    for file in sorted(Path(adapter or folder).glob("*.safetensors")):
         digest.update(file.read_bytes())
     return digest.hexdigest()
 
