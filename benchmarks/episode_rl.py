@@ -309,7 +309,7 @@ class Run:
         trained again, and the record says whether the weights came out the same (``adapter_sha256``)."""
         key = f"{row.stage}/seed{seed}"
         kept = self.stages.get(key)
-        if kept is not None and self.stage_dir(row.stage, seed).is_dir():
+        if kept is not None and (self.stage_dir(row.stage, seed) / "sotopia_model.json").is_file():  # written last
             return
         args, out = self.args, self.stage_dir(row.stage, seed)
         if row.name == "bc":

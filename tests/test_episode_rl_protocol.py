@@ -121,6 +121,7 @@ def test_a_kept_record_prints_its_table_without_its_adapters(tmp_path, monkeypat
     assert not (tmp_path / "train").exists()
 
     argv[-3:] = ["bc", "--k", "2"]  # seed 2 of bc is still to play, so bc would train again
+    (tmp_path / "train" / "bc" / "seed0" / "checkpoints").mkdir(parents=True)  # a cut-short training is not a stage
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(AssertionError, match="must not train"):
         episode_rl.main()
