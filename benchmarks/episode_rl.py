@@ -308,10 +308,9 @@ class Run:
         is kept without its adapter (a committed run folder on a fresh machine: adapters are not committed) is
         trained again, and the record says whether the weights came out the same (``adapter_sha256``)."""
         key = f"{row.stage}/seed{seed}"
-        kept = self.stages.get(key)
-        if kept is not None and (self.stage_dir(row.stage, seed) / "sotopia_model.json").is_file():  # written last
+        args, out, kept = self.args, self.stage_dir(row.stage, seed), self.stages.get(key)
+        if kept is not None and (out / "sotopia_model.json").is_file():  # written last
             return
-        args, out = self.args, self.stage_dir(row.stage, seed)
         if row.name == "bc":
             trainer = lambda: train_bc(out, args, seed)  # noqa: E731
         elif row.name == "sr":
