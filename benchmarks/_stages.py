@@ -4,6 +4,7 @@ instances; hierarchical over training seeds and instances), and the rule that a 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import statistics
@@ -32,11 +33,49 @@ def timed(trainer) -> dict:
     return summary
 
 
-def run_stage(stages: dict[str, dict], stages_file: Path, name: str, trainer) -> None:
-    """Train one stage (``trainer()`` returns its summary) and keep every stage's summary in ``stages_file``."""
-    stages[name] = timed(trainer)
+def stage_kept(stages: dict[str, dict], key: str, folder: Path) -> bool:
+    """A stage counts as trained when ``stages.json`` names it and its folder holds its model reference (written
+    last): a record kept without its adapters (committed; adapters are not) or a training cut short trains again."""
+    from sotopia_env.model_ref import MODEL_REF
+
+    return key in stages and (folder / MODEL_REF).is_file()
+
+
+def adapter_digest(folder: Path) -> str:
+    """sha256 of a trained stage's weights (the ``*.safetensors`` of the adapter its model reference names): the
+    same seed, settings and thread count should give the same digest, so a stage trained again can be checked
+    against its kept record."""
+    from sotopia_env.model_ref import read_model_ref
+
+    _, adapter = read_model_ref(str(folder))
+    digest = hashlib.sha256()
+    for file in sorted(Path(adapter or folder).glob("*.safetensors")):
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def run_stage(stages: dict[str, dict], stages_file: Path, key: str, folder: Path, trainer, **extra) -> None:
+    """Train one stage into ``folder`` unless it is kept (``trainer()`` returns its summary, ``extra`` is added to
+    it) and keep every stage's summary in ``stages_file``. A stage whose record is kept without its adapter is
+    trained again; its record keeps its first summary and says whether the weights came out the same."""
+    if stage_kept(stages, key, folder):
+        return
+    summary = timed(trainer)
+    summary.update(extra, adapter_sha256=adapter_digest(folder))
+    kept = stages.get(key)
+    if kept is None:
+        stages[key] = summary
+    else:
+        same = summary["adapter_sha256"] == kept.get("adapter_sha256")
+        kept.setdefault("retrained", []).append({k: v for k, v in summary.items() if k != "log"} | {"same": same})
+        print(
+            f"{key}: trained again (its adapter was not here): {'the same' if same else 'OTHER'} weights than the "
+            "kept record's, whose evaluations stay",
+            file=sys.stderr,
+            flush=True,
+        )
     stages_file.write_text(json.dumps(stages, indent=2))
-    print(f"{name}: trained in {stages[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+    print(f"{key}: trained in {summary['seconds']:.0f} s", file=sys.stderr, flush=True)
 
 
 def evaluate_kept(run: Path, name: str, evaluate_rows) -> list[dict]:

@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _stages import fmt_diff, guard_test_once, hierarchical_interval, timed
+from _stages import fmt_diff, guard_test_once, hierarchical_interval, run_stage, stage_kept
 
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "grpo-lr0")
@@ -304,12 +304,11 @@ class Run:
         return str(self.stage_dir(row.stage, seed))
 
     def ensure(self, row: Row, seed: int) -> None:
-        """Train the row's stage for ``seed`` (and the stages it starts from) unless it is kept. A stage whose record
-        is kept without its adapter (a committed run folder on a fresh machine: adapters are not committed) is
-        trained again, and the record says whether the weights came out the same (``adapter_sha256``)."""
-        key = f"{row.stage}/seed{seed}"
-        args, out, kept = self.args, self.stage_dir(row.stage, seed), self.stages.get(key)
-        if kept is not None and (out / "sotopia_model.json").is_file():  # written last
+        """Train the row's stage for ``seed`` (and the stages it starts from) unless it is kept (``stage_kept``: a
+        committed record has no adapters, so its stages train again and say whether the weights came out the
+        same)."""
+        key, args, out = f"{row.stage}/seed{seed}", self.args, self.stage_dir(row.stage, seed)
+        if stage_kept(self.stages, key, out):
             return
         if row.name == "bc":
             trainer = lambda: train_bc(out, args, seed)  # noqa: E731
@@ -321,21 +320,9 @@ class Run:
             self.ensure(Row.parse(start), seed)
             overrides = {**fixed, **dict(row.overrides)}
             trainer = lambda: train_grpo(out, self.stage_dir(start, seed), args, seed, overrides)  # noqa: E731
-        summary = timed(trainer)
-        summary.update(settings=settings_of(args, row), threads=args.threads, adapter_sha256=adapter_digest(out))
-        if kept is None:
-            self.stages[key] = summary
-        else:
-            same = summary["adapter_sha256"] == kept.get("adapter_sha256")
-            kept.setdefault("retrained", []).append({k: v for k, v in summary.items() if k != "log"} | {"same": same})
-            print(
-                f"{key}: trained again (its adapter was not here): {'the same' if same else 'OTHER'} weights than "
-                "the kept record's, whose evaluations stay",
-                file=sys.stderr,
-                flush=True,
-            )
-        self.stages_file.write_text(json.dumps(self.stages, indent=2))
-        print(f"{key}: trained in {summary['seconds']:.0f} s", file=sys.stderr, flush=True)
+        run_stage(
+            self.stages, self.stages_file, key, out, trainer, settings=settings_of(args, row), threads=args.threads
+        )
 
     def evaluations(self, row: Row, split: str, seeds: list[int]) -> dict[int | None, list[dict]]:
         """The row's evaluation records per training seed (``None`` for base), played where missing."""
@@ -357,19 +344,6 @@ class Run:
     def guard_test(self, rows: list[Row]) -> None:
         """``--split test`` runs once: the settings it ran under are kept, and other settings are refused."""
         guard_test_once(self.folder, settings_of(self.args), [r.text for r in rows], self.args.final)
-
-
-def adapter_digest(folder: Path) -> str:
-    """sha256 of a trained stage's weights (the ``*.safetensors`` of the adapter its model reference names): the
-    same seed, settings and thread count should give the same digest, so a stage trained again can be checked
-    against its kept record."""
-    from sotopia_env.model_ref import read_model_ref
-
-    _, adapter = read_model_ref(str(folder))
-    digest = hashlib.sha256()
-    for file in sorted(Path(adapter or folder).glob("*.safetensors")):
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
 
 
 def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:

@@ -241,9 +241,8 @@ def main() -> None:
     trained = [n for n in ROWS[1:] if n in rows or any(START.get(r) == n for r in rows)]  # bc first
     for name in trained:
         for seed in seeds:
-            key = f"{name}/seed{seed}"
-            if key not in stages:
-                run_stage(stages, stages_file, key, lambda n=name, s=seed: trainers[n](run / n / f"seed{s}", s))
+            out = run / name / f"seed{seed}"
+            run_stage(stages, stages_file, f"{name}/seed{seed}", out, lambda n=name, s=seed, o=out: trainers[n](o, s))
     evals: dict[str, dict] = {}
     for name in rows:
         for seed in [None] if name == "base" else seeds:

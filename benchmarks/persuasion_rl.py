@@ -32,7 +32,7 @@ from pathlib import Path
 
 import episode_rl
 from _common import machine_line
-from _stages import evaluate_kept, paired_interval, run_stage
+from _stages import evaluate_kept, paired_interval, run_stage, stage_kept
 from episode_rl import play, rollout_config
 
 ROWS = ("base", "bc-shipped", "bc", "grpo")
@@ -194,10 +194,10 @@ def main() -> None:
     }
     evals: dict[str, list[dict]] = {}
     for name in rows:
-        if name != "base" and name not in stages:
-            if name == "grpo" and "bc" not in stages:
+        if name != "base":
+            if name == "grpo" and not stage_kept(stages, "bc", run / "bc"):
                 raise SystemExit("row 'grpo' starts from BC: run the bc row first (--rows bc,grpo)")
-            run_stage(stages, stages_file, name, trainers[name])
+            run_stage(stages, stages_file, name, run / name, trainers[name])
         spec = "smollm2-135m" if name == "base" else str(run / name)
         evals[name] = evaluate_kept(run, f"{name}-{args.split}", lambda done, spec=spec: evaluate(spec, args, done))
     print_table(evals, stages, args)

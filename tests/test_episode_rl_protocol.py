@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -125,6 +126,41 @@ def test_a_kept_record_prints_its_table_without_its_adapters(tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(AssertionError, match="must not train"):
         episode_rl.main()
+
+
+def test_a_stage_kept_without_its_adapter_trains_again_and_says_whether_its_weights_are_the_same(tmp_path):
+    """The rule every RL benchmark keeps its stages by (``_stages.run_stage``): a stage is kept when its record and
+    its model reference are there; one whose adapter is gone trains again, keeps its first record, and says
+    whether the new weights equal the old."""
+    import shutil
+
+    from sotopia_env.model_ref import write_model_ref
+
+    stages, stages_file, folder = {}, tmp_path / "stages.json", tmp_path / "train" / "bc" / "seed0"
+    calls: list[bytes] = []
+
+    def trainer(weights: bytes):
+        def train() -> dict:
+            calls.append(weights)
+            (folder / "adapter").mkdir(parents=True, exist_ok=True)
+            (folder / "adapter" / "adapter_model.safetensors").write_bytes(weights)
+            write_model_ref(folder, "smollm2-135m", "adapter", "sotopia")
+            return {"note": "", "first": weights == b"one"}
+
+        return train
+
+    _stages.run_stage(stages, stages_file, "bc/seed0", folder, trainer(b"one"), threads=2)
+    _stages.run_stage(stages, stages_file, "bc/seed0", folder, trainer(b"two"))  # kept: not trained
+    assert calls == [b"one"] and stages["bc/seed0"]["threads"] == 2
+    first_digest = stages["bc/seed0"]["adapter_sha256"]
+
+    for weights, same in ((b"one", True), (b"two", False)):
+        shutil.rmtree(tmp_path / "train")  # a committed record: no adapters
+        _stages.run_stage(stages, stages_file, "bc/seed0", folder, trainer(weights))
+        assert stages["bc/seed0"]["retrained"][-1]["same"] is same
+    kept = json.loads(stages_file.read_text())["bc/seed0"]
+    assert kept["first"] is True and kept["adapter_sha256"] == first_digest and len(kept["retrained"]) == 2
+    assert calls == [b"one", b"one", b"two"]
 
 
 def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
