@@ -72,6 +72,8 @@ GRPO_ROWS = {  # row -> (the stage it starts from, the overrides it always has)
 SPLITS = {"dev": "verifiable:dev", "test": "verifiable:test"}
 # what the table compares each trained row with (the stage it was trained from)
 REFERENCE = {"bc": "base", "sr": "bc", **{row: start for row, (start, _) in GRPO_ROWS.items()}}
+# rows the table also compares directly: the true reward against its control of the same compute and no signal
+CONTRASTS = (("grpo", "grpo-shuffled"),)
 
 
 @dataclass(frozen=True)
@@ -455,6 +457,11 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
             f"{f'{statistics.fmean(kl):.5f}' if kl else '-'} | {f'{statistics.fmean(secs):.0f} s' if secs else '-'} | "
             f"{f'{max(rss):.0f} MiB' if rss else '-'} |".replace("nan", "-")
         )
+    for mine, control in CONTRASTS:
+        if mine in evals and control in evals:
+            t = main_temperature(Row.parse(mine), args)
+            diff = hierarchical_interval(cells(evals[mine], t), cells(evals[control], t))
+            print(f"\n{mine} vs {control}, sampled [95% hier.]: {fmt_diff(diff)}")
     unrated = sum(1 for by_seed in evals.values() for rs in by_seed.values() for r in rs if r.get("unrated"))
     print(
         f"\n{unrated} unrated episodes. Settings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser "

@@ -91,18 +91,18 @@ def test_test_runs_once_under_one_set_of_settings(tmp_path):
         episode_rl.Run(tmp_path, args).guard_test(rows)
 
 
+def records(goal_by_instance: dict[str, float]) -> list[dict]:
+    """A row's kept evaluation episodes: one greedy and one sampled per instance, each scoring its instance's goal."""
+    return [
+        {"instance": i, "seed": seed, "temperature": t, "kind": "bargaining", "goal": g, "success": float(g > 5)}
+        for i, g in goal_by_instance.items()
+        for t, seed in ((0.0, 0), (0.7, 1))
+    ]
+
+
 def test_a_kept_record_prints_its_table_without_its_adapters(tmp_path, monkeypatch, capsys):
     """A run folder committed without its adapters (a fresh machine) reprints its table from the kept evaluations
     and trains nothing; only a row with an episode still to play would train its stage again."""
-    import json
-
-    def records(goal_by_instance: dict[str, float]) -> list[dict]:
-        return [
-            {"instance": i, "seed": seed, "temperature": t, "kind": "bargaining", "goal": g, "success": float(g > 5)}
-            for i, g in goal_by_instance.items()
-            for t, seed in ((0.0, 0), (0.7, 1))
-        ]
-
     evals = tmp_path / "evals" / "dev"
     for row, seed, goals in (("base", "-", {"a": 0.0, "b": 1.0}), ("bc", "0", {"a": 4.0, "b": 7.0})):
         (evals / row).mkdir(parents=True)
@@ -126,6 +126,24 @@ def test_a_kept_record_prints_its_table_without_its_adapters(tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(AssertionError, match="must not train"):
         episode_rl.main()
+
+
+def test_grpo_is_compared_with_its_shuffled_control_directly(tmp_path, monkeypatch, capsys):
+    """Besides each row against its start, the table gives GRPO against the shuffled-reward control, paired: the
+    effect of the reward itself, on the same compute."""
+    goals = {"grpo": {"a": 6.0, "b": 8.0}, "grpo-shuffled": {"a": 3.0, "b": 4.0}, "bc": {"a": 4.0, "b": 5.0}}
+    for row, by_instance in goals.items():
+        for seed in (0, 1):
+            (tmp_path / "evals" / "dev" / row).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "evals" / "dev" / row / f"seed{seed}.json").write_text(json.dumps(records(by_instance)))
+    argv = ["episode_rl.py", "--keep", str(tmp_path), "--split", "dev", "--seeds", "0,1", "--k", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--rows", "bc,grpo,grpo-shuffled"])
+    episode_rl.main()
+    assert "grpo vs grpo-shuffled, sampled [95% hier.]: +3.50 [+3.00, +4.00] (2x2)" in capsys.readouterr().out
+
+    monkeypatch.setattr(sys, "argv", [*argv, "--rows", "bc,grpo"])  # without its control, no contrast is printed
+    episode_rl.main()
+    assert "vs grpo-shuffled" not in capsys.readouterr().out
 
 
 def test_a_stage_kept_without_its_adapter_trains_again_and_says_whether_its_weights_are_the_same(tmp_path):
