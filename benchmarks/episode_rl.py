@@ -461,7 +461,7 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
         if mine in evals and control in evals:
             t = main_temperature(Row.parse(mine), args)
             diff = hierarchical_interval(cells(evals[mine], t), cells(evals[control], t))
-            print(f"\n{mine} vs {control}, sampled [95% hier.]: {fmt_diff(diff)}")
+            print(f"\n{mine} vs {control}, {'sampled' if t else 'greedy'} [95% hier.]: {fmt_diff(diff)}")
     unrated = sum(1 for by_seed in evals.values() for rs in by_seed.values() for r in rs if r.get("unrated"))
     print(
         f"\n{unrated} unrated episodes. Settings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser "
