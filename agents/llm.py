@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema, parse_action
 from sotopia_env.agents.base import Usage
-from sotopia_env.backends.base import Backend, Completion, GenerationSettings
+from sotopia_env.backends.base import Backend, Completion, GenerationSettings, raise_service_failure
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 from sotopia_env.topic import TOPIC_BIAS, seat_topic_words
@@ -30,7 +30,9 @@ class LLMAgent:
     The request carries the action schema, so backends that can constrain
     decoding do. Malformed output is retried ``max_retries`` times; after that
     the agent takes a ``none`` action carrying the error, which the env counts as
-    an agent error (never as stale talk). With ``settings.avoid_repeats`` the request
+    an agent error (never as stale talk). A backend whose service failed (``Completion.failure``: a key refused,
+    a server down) raises ``ServiceFailure`` instead: the model never answered, so the episode is failed, not
+    the agent's error. With ``settings.avoid_repeats`` the request
     names the earlier turns' arguments (the local backend won't copy runs of their
     tokens), and a reply that still repeats one word for word is retried too.
 
@@ -86,6 +88,7 @@ class LLMAgent:
             )
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)
+            raise_service_failure(completion)  # the model never answered: not the agent's error (episode failed)
             if completion.error is not None:
                 problems.append(f"backend error: {completion.error}")
                 continue

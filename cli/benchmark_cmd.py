@@ -88,9 +88,17 @@ def benchmark(
     interval. The protocol card of the results is printed and stored in --json as "cards"."""
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.cli.render import show_cards
-    from sotopia_env.episodes.benchmark import benchmark_agents, benchmark_judge, plan_benchmark, run_benchmark
+    from sotopia_env.episodes.benchmark import (
+        benchmark_agents,
+        benchmark_judge,
+        check_benchmark_services,
+        plan_benchmark,
+        run_benchmark,
+    )
     from sotopia_env.episodes.game_report import print_role_table
+    from sotopia_env.episodes.preflight import PreflightFailed
     from sotopia_env.episodes.report import plot_report, print_report
+    from sotopia_env.episodes.runner import EpisodesFailed, check_batch
     from sotopia_env.errors import UserError
 
     options = {
@@ -122,6 +130,8 @@ def benchmark(
             benchmark_judge(spec)
             for agent in dict.fromkeys([model, partner]):
                 benchmark_agents(spec)(agent, 0)
+    with user_errors(PreflightFailed):  # a wrong key or a dead server: one line, exit 1, nothing played or stored
+        asyncio.run(check_benchmark_services(spec))
     tune_gc_for_batch()
     ray_cfg = ray_config(ray, ray_workers, ray_gpus_per_worker, ray_pin_endpoints)
     with user_errors(UserError):  # StoreError, RayError
@@ -144,6 +154,8 @@ def benchmark(
         json_out.write_text(json.dumps(result.to_dict() | cards, indent=2))
     if png:
         plot_report(result.report, str(png))
+    with user_errors(EpisodesFailed):  # an outage mid-run is never a score, nor exit 0
+        check_batch(summary, st, spec.chosen_tag)
 
 
 def parsed_spec(options: dict[str, Any]) -> BenchmarkSpec:

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 err_console = Console(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print a one-line error and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    """Print a one-line error and return the Exit to raise. ``message`` is shown as it is: brackets in it (a
+    pip extra, a list) are text, not Rich markup."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -211,6 +211,7 @@ def evaluate(
     With --judge (and --tag): how far several judges agree, and (--swap-seats) whether each favours the seat it
     reads first. The episodes' own ratings are left as they are; each judge's ratings are kept in the store, so a
     rerun rates only what is not done. Each protocol card of that judge then shows its agreement figure."""
+    from sotopia_env.episodes.preflight import PreflightFailed, check_services
     from sotopia_env.episodes.rate import rate_stored
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.evaluators import make_evaluator
@@ -228,10 +229,14 @@ def evaluate(
         judge_ = make_evaluator(evaluator or "smollm2-135m", dimensions, model_servers(api_base))
     if judge_ is None:
         raise fail("--evaluator none cannot rate episodes")
+    with user_errors(PreflightFailed):  # a wrong key or a dead server: one line, exit 1, nothing changed
+        check_services([judge_])
     tune_gc_for_batch()
     with user_errors(StoreError):
         counts = asyncio.run(rate_stored(st, judge_, tag, unrated, concurrency, store_retry_seconds))
     console.print(f"rated {counts['rated']}, still unrated {counts['unrated']}")
+    if counts["failed"]:
+        raise fail(f"{counts['failed']} episodes were left as they were: the judge's model service failed")
 
 
 def compare_judges(
@@ -273,6 +278,10 @@ def compare_judges(
         if made is None:
             raise fail(f"--judge {spec}: 'none' rates nothing")
         judges[spec] = made
+    from sotopia_env.episodes.preflight import PreflightFailed, check_services
+
+    with user_errors(PreflightFailed):  # a judge with a wrong key or a dead server: one line, nothing rated
+        check_services(judges.values())
     runs, no_order = judge_runs(judges, swap_seats)
     tune_gc_for_batch()
     with user_errors(StoreError):

@@ -30,6 +30,7 @@ def socialiqa(
 ) -> None:
     """Accuracy with a 95% interval, format-valid rate and mean reward; per-item results as JSONL."""
     from sotopia_env.backends.resolve import is_local_spec, resolve_backend
+    from sotopia_env.episodes.preflight import PreflightFailed, check_services
     from sotopia_env.training.rewards import evaluate_socialiqa, load_socialiqa
     from sotopia_env.training.rewards.socialiqa_eval import answer_socialiqa
 
@@ -40,10 +41,15 @@ def socialiqa(
         if constrained and not is_local_spec(model):
             raise ValueError("--constrained needs a local model (regex-constrained decoding runs in-process)")
         backend = resolve_backend(model, api_base=model_servers(api_base))
+    with user_errors(PreflightFailed):  # a wrong key or a dead server: one line, exit 1
+        check_services([backend])
     regex = THINK_ANSWER_REGEX if constrained else None
     completions = asyncio.run(
         answer_socialiqa(backend, items, regex=regex, temperature=temperature, max_new_tokens=max_new_tokens)
     )
+    outage = [c.error for c in completions if c.failure is not None]
+    if outage:  # an item the model never answered is not a wrong answer: no accuracy from a partial outage
+        raise fail(f"{len(outage)} of {len(completions)} items got no answer (the model service failed): {outage[0]}")
     errors = [c.error for c in completions if c.error]
     if len(errors) == len(completions):
         raise fail(f"every generation failed: {errors[0]}")

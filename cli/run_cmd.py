@@ -1,7 +1,8 @@
 """``sotopia-env run``: one episode, printed as it happens, then rated and stored.
 
-The store is checked first (nothing is played for a store that cannot keep the episode); the episode
-then goes through ``episodes.runner.run_episode``, the one play -> rate -> store path.
+The store is checked first (nothing is played for a store that cannot keep the episode), then every model
+service the seats and the judge use (``episodes.preflight``: a wrong key or a dead server is one line and exit
+1); the episode then goes through ``episodes.runner.run_episode``, the one play -> rate -> store path.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def run(
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.env import EnvConfig
+    from sotopia_env.episodes.preflight import PreflightFailed, check_services
     from sotopia_env.episodes.runner import Job, run_episode
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.episodes.store_writer import StoreWriter
@@ -90,6 +92,8 @@ def run(
     with user_errors(AgentSpecError, ValueError, OSError):  # before any output: an error is one line
         seated = [load_agent(spec, settings=settings, api_base=servers) for spec in specs]
         judge = make_evaluator(evaluator, dimensions, servers)
+    with user_errors(PreflightFailed):  # a wrong key or a dead server: one line, exit 1, nothing stored
+        check_services([*seated, judge])
     console.rule(f"[bold]{setup.scenario.id}[/]  ({setup.scenario.relationship.name})")
     console.print(setup.scenario.scenario, highlight=False)
     for name, goal in zip(setup.agent_names, setup.scenario.goals, strict=True):

@@ -22,6 +22,7 @@ Quiet = typer.Option(False, "--quiet", help="No progress bars.")
 def _errors():
     from sotopia_env.episodes.ray_batch import RayError
     from sotopia_env.episodes.store import StoreError
+    from sotopia_env.errors import UserError
     from sotopia_env.training.config import ConfigError
     from sotopia_env.training.dataset import ReplayError, TestSplitError
     from sotopia_env.training.pipeline import StageOrderError
@@ -30,7 +31,7 @@ def _errors():
 
     return user_errors(
         ConfigError, StageOrderError, TestSplitError, ReplayError, StoreError, TaskError, PolicyServerError,
-        RayError, ValueError, OSError,
+        RayError, UserError, ValueError, OSError,
     )  # fmt: skip
 
 

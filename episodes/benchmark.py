@@ -201,6 +201,19 @@ def benchmark_judge(spec: BenchmarkSpec) -> Evaluator | None:
     return make_evaluator(spec.evaluator, spec.dimensions, spec.api_base)
 
 
+async def check_benchmark_services(spec: BenchmarkSpec) -> None:
+    """A benchmark's preflight (``episodes.preflight``): the model services of its seats and its judge answer,
+    else ``PreflightFailed`` (one line naming the model, the endpoint and the fix). Local models are not built
+    here (they load where they play)."""
+    from sotopia_env.backends.resolve import is_local_spec
+    from sotopia_env.episodes.preflight import acheck_services
+
+    remote = [s for s in dict.fromkeys([spec.model, spec.partner, spec.evaluator]) if not is_local_spec(s)]
+    agents = benchmark_agents(spec)
+    parties = [benchmark_judge(spec) if s == spec.evaluator else agents(s, 0) for s in remote]
+    await acheck_services(parties)
+
+
 async def run_benchmark(
     spec: BenchmarkSpec,
     store: EpisodeStore,

@@ -26,7 +26,7 @@ async def rate_stored(
     logs = [log for log in store.iter(tag) if log.status != "failed" and (not only_unrated or log.status == "unrated")]
     writer = StoreWriter(store, f"rate-{tag or 'all'}", retry_seconds)
     slot = asyncio.Semaphore(max(1, concurrency))
-    counts = {"rated": 0, "unrated": 0}
+    counts = {"rated": 0, "unrated": 0, "failed": 0}  # failed: the judge's service failed, the episode unchanged
 
     from sotopia_env.episodes.progress import track
 

@@ -5,10 +5,13 @@ Every command and stage goes through ``run_episode``: ``sotopia-env run`` (one e
 evaluation; with ``--ray``, inside each Ray actor of ``episodes.ray_batch``), and ``episodes evaluate``
 (``episodes.rate``, which hands it episodes played before, so only the rate -> store tail runs). The steps:
 
-1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built,
-   or any other exception, makes a ``failed`` log instead (a batch never dies of one episode).
+1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built, a model service
+   that failed under a seat (``ServiceFailure``: a key refused, a server down, 5xx after retries), or any
+   other exception, makes a ``failed`` log instead (a batch never dies of one episode). A model that answered
+   without a valid action is the agent's error, in the transcript, and the episode goes on to be rated.
 2. rate: ``rate`` calls ``sotopia_env.evaluators.aevaluate_safely``, the same call the env's own
-   terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error.
+   terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error, and a judge whose
+   service failed leaves it ``failed`` (never rated; ``--rerun-failed`` plays it again).
 3. store: ``StoreWriter.put`` (``episodes.store_writer``) retries a store fault, then spills the
    episode to a JSONL file that ``episodes import`` restores.
 
@@ -28,6 +31,7 @@ from typing import Any
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.agents.base import Agent, Usage, reset_agent
 from sotopia_env.agents.loading import load_agent
+from sotopia_env.backends.base import ServiceFailure
 from sotopia_env.backends.remote import call_limit
 from sotopia_env.env import EnvConfig, SocialEnv
 from sotopia_env.episode_setup import EpisodeSetup
@@ -36,6 +40,7 @@ from sotopia_env.episodes.log import AgentSpec, EpisodeLog, combo_key
 from sotopia_env.episodes.protocol import judged_by, played_under
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
+from sotopia_env.errors import UserError
 from sotopia_env.evaluators import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.observation import Observation
 from sotopia_env.transcript import Turn
@@ -70,9 +75,12 @@ def _usage_of(agent: object) -> Usage:
 
 
 async def _act(agent: Agent, observation: Observation) -> AgentAction:
-    """An agent's action; an exception inside a (custom) agent becomes its failed action."""
+    """An agent's action; an exception inside a (custom) agent becomes its failed action, except a model
+    service's failure (``ServiceFailure``), which is not the agent's: it fails the episode."""
     try:
         return await agent.act(observation)
+    except ServiceFailure:
+        raise
     except Exception as exc:
         return AgentAction.failed(f"{type(agent).__name__} raised {type(exc).__name__}: {exc}")
 
@@ -112,11 +120,14 @@ async def run_episode(
             return None
         try:
             log = episode if isinstance(episode, EpisodeLog) else await _play_job(episode, agents, tag, config, on_turn)
+            status_before = log.status
             log = await rate(log, evaluator)
         except BaseException:
             if claim is not None:
                 await claim.release()
             raise
+    if isinstance(episode, EpisodeLog) and log.status == "failed" != status_before:
+        writer = None  # re-rating, the judge's service failed: the stored episode stays as it was
     own_writer = writer is not None and not isinstance(writer, StoreWriter)
     if own_writer:
         writer = StoreWriter(writer, tag)
@@ -171,12 +182,13 @@ async def play(
         reset_agent(agent, setup, seat, seed)
     by_name = dict(zip(setup.agent_names, agents, strict=True))
     obs, infos = env.reset(seed=seed)
+    by_seat = dict(zip(env.agents, agents, strict=True))  # the env's ids are seats: agent_0, agent_1, ...
     while env.agents:
-        acting = [name for name in env.agents if infos[name]["acting"]]
+        acting = [seat for seat in env.agents if infos[seat]["acting"]]
         if len(acting) == 1:  # round-robin: one agent, awaited directly (a task per turn is CPU at scale)
-            chosen = [await _act(by_name[acting[0]], Observation.from_env(obs[acting[0]]))]
+            chosen = [await _act(by_seat[acting[0]], Observation.from_env(obs[acting[0]]))]
         else:
-            chosen = await asyncio.gather(*(_act(by_name[n], Observation.from_env(obs[n])) for n in acting))
+            chosen = await asyncio.gather(*(_act(by_seat[s], Observation.from_env(obs[s])) for s in acting))
         actions: dict[str, Any] = dict.fromkeys(env.agents, _NONE) | dict(zip(acting, chosen, strict=True))
         before = len(env.turns)
         obs, _, _, _, infos = env.step(actions)
@@ -215,7 +227,13 @@ async def rate(log: EpisodeLog, evaluator: Evaluator | None) -> EpisodeLog:
     if log.status == "failed":
         return log
     context = EpisodeContext(setup=log.setup, turns=log.turns, termination_reason=log.termination_reason or "")
-    rating = await aevaluate_safely(evaluator, context)
+    try:
+        rating = await aevaluate_safely(evaluator, context, raise_service_failures=True)
+    except ServiceFailure as exc:  # the judge's service failed: never rated, played again by --rerun-failed
+        log.rating = None
+        log.status = "failed"
+        log.error = f"the judge's model service failed ({exc.kind}): {exc}"
+        return log
     log.rating = rating
     log.status = "rated" if rating.rated else "unrated"
     if rating.usage.calls:
@@ -238,6 +256,24 @@ class BatchSummary:
     wall_seconds: float = 0.0
 
 
+class EpisodesFailed(UserError):
+    """Episodes of a batch failed (a model service failed under them): never rated; ``--rerun-failed`` (a
+    pipeline stage run again) plays them again."""
+
+
+def check_batch(summary: BatchSummary, store: EpisodeStore, tag: str) -> BatchSummary:
+    """``summary``, or ``EpisodesFailed`` naming how many of its episodes failed and the first one's error."""
+    if not summary.failed:
+        return summary
+    failed = set(summary.episode_ids)
+    first = next((log.error for log in store.iter(tag) if log.id in failed and log.status == "failed"), None)
+    first = first or f"sotopia-env episodes list --tag {tag} --status failed"
+    raise EpisodesFailed(
+        f"{summary.failed} of {summary.total} episodes under {tag!r} failed (never rated; they play again with "
+        f"--rerun-failed, or when the stage runs again): {first}"
+    )
+
+
 def _failed_log(
     job: Job, tag: str, exc: BaseException, started: float, config: EnvConfig, agents: Sequence[Agent] | None = None
 ) -> EpisodeLog:
@@ -252,7 +288,9 @@ def _failed_log(
         action_order=config.action_order,
         seed=job.seed,
         status="failed",
-        error=f"{type(exc).__name__}: {exc}",
+        error=f"a seat's model service failed ({exc.kind}): {exc}"
+        if isinstance(exc, ServiceFailure)
+        else f"{type(exc).__name__}: {exc}",
         wall_seconds=round(time.perf_counter() - started, 3),
         protocol=played_under(config, agents),
     )

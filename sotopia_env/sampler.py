@@ -91,12 +91,17 @@ def sample_setups(
     return out
 
 
-def sample_setup(library: Library, seed: int | None = None, scenario: Scenario | str | None = None) -> EpisodeSetup:
-    """One setup; a random scenario unless one is given (drawn from ``library.select("all")``, so never a
-    verifiable one, which needs a rule partner)."""
+def sample_setup(
+    library: Library,
+    seed: int | None = None,
+    scenario: Scenario | str | None = None,
+    among: Sequence[Scenario] | None = None,
+) -> EpisodeSetup:
+    """One setup; a random scenario unless one is given, drawn from ``among`` (default ``library.select("all")``,
+    so never a verifiable one, which needs a rule partner)."""
     rng = random.Random(seed)
     if isinstance(scenario, str):
         scenario = library.select([scenario])[0]
     if scenario is None:
-        scenario = rng.choice(sorted(library.select("all"), key=lambda s: s.id))
+        scenario = rng.choice(sorted(library.select("all") if among is None else among, key=lambda s: s.id))
     return sample_setups([scenario], library, 1, seed=rng.randrange(2**31))[0]

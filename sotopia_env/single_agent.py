@@ -127,17 +127,27 @@ class SingleAgentSocialEnv(gym.Env):
 
     @property
     def learner(self) -> str:
+        """The learner's seat id in ``self.env`` (``agent_0`` or ``agent_1``); its character: ``learner_name``."""
         return self.env.possible_agents[self.learner_seat]
 
     @property
-    def partner_name(self) -> str:
+    def partner_id(self) -> str:
+        """The partner's seat id in ``self.env``."""
         return self.env.possible_agents[1 - self.learner_seat]
+
+    @property
+    def learner_name(self) -> str:
+        return self.env.name_of(self.learner)
+
+    @property
+    def partner_name(self) -> str:
+        return self.env.name_of(self.partner_id)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
-        obs, infos = self.env.reset(seed=seed, options=options)
         if len(self.env.possible_agents) != 2:
             raise ValueError("SingleAgentSocialEnv needs a two-agent scenario")
+        obs, infos = self.env.reset(seed=seed, options=options)
         reset_for_episode(self.partner, self.env.setup, 1 - self.learner_seat)
         obs, _, _, _, infos = self._advance_partner(obs, infos)
         text, messages = self._observe(obs)
@@ -154,17 +164,17 @@ class SingleAgentSocialEnv(gym.Env):
         terms = dict.fromkeys(self.env.agents, False)
         truncs = dict.fromkeys(self.env.agents, False)
         while self.env.agents and not infos[self.learner]["acting"]:
-            partner_action = _call_partner(self.partner, Observation.from_env(obs[self.partner_name]))
+            partner_action = _call_partner(self.partner, Observation.from_env(obs[self.partner_id]))
             obs, rewards, terms, truncs, infos = self.env.step(
-                {self.partner_name: partner_action, self.learner: {"action_type": "none", "argument": ""}}
+                {self.partner_id: partner_action, self.learner: {"action_type": "none", "argument": ""}}
             )
         return obs, rewards, terms, truncs, infos
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         actions: dict[str, Any] = {self.learner: action}
-        if self.partner_name in self.env.acting:  # simultaneous order: the partner acts in the same step
-            actions[self.partner_name] = _call_partner(
-                self.partner, Observation.from_env(self.env.observe(self.partner_name))
+        if self.partner_id in self.env.acting:  # simultaneous order: the partner acts in the same step
+            actions[self.partner_id] = _call_partner(
+                self.partner, Observation.from_env(self.env.observe(self.partner_id))
             )
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         error = infos[self.learner]["last_error"]

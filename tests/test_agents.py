@@ -21,7 +21,7 @@ from sotopia_env.prompt import render_prompt
 def first_observation(setup, seat=0):
     env = SocialEnv(setup=setup)
     obs, _ = env.reset()
-    return Observation.from_env(obs[setup.agent_names[seat]])
+    return Observation.from_env(obs[f"agent_{seat}"])
 
 
 def say(text):
@@ -68,13 +68,13 @@ def test_next_prompt_extends_the_last_one_but_for_the_ask(two_friends):
     but the last line."""
     env = SocialEnv(setup=two_friends)
     obs, _ = env.reset(seed=0)
-    first_name, second_name = two_friends.agent_names
-    before = render_prompt(obs[first_name])
+    first, second = env.agents  # seat ids
+    before = render_prompt(obs[first])
     speak = AgentAction(action_type=ActionType.speak, argument="Hello there")
     wait = AgentAction(action_type=ActionType.none)
-    obs, *_ = env.step({first_name: speak, second_name: wait})
-    obs, *_ = env.step({first_name: wait, second_name: speak.model_copy(update={"argument": "Hi!"})})
-    after = render_prompt(obs[first_name])
+    obs, *_ = env.step({first: speak, second: wait})
+    obs, *_ = env.step({first: wait, second: speak.model_copy(update={"argument": "Hi!"})})
+    after = render_prompt(obs[first])
     assert after[0] == before[0]  # the same system message
     kept = before[1]["content"].split("\n\nIt is turn #")[0].replace("(The conversation has not started yet.)", "")
     assert after[1]["content"].startswith(kept)
@@ -132,7 +132,7 @@ def test_human_agent_reads_piped_stdin(two_friends):
 def test_llm_agent_retries_a_verbatim_repeat_sampled_and_keeps_it_if_nothing_better(two_friends):
     env = SocialEnv(setup=two_friends)
     obs, _ = env.reset()
-    first, second = two_friends.agent_names
+    first, second = env.agents
     obs, *_ = env.step({first: say("Hi there!"), second: {"action_type": "none", "argument": ""}})
     seen = Observation.from_env(obs[second])
     greedy = GenerationSettings(temperature=0.0, avoid_repeats=True)

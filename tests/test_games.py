@@ -39,18 +39,18 @@ def _roles(setup) -> dict[str, str]:
 
 
 def _masked_random_play(env: SocialEnv, seed: int) -> list:
-    """Every live agent samples an action type from its info's mask and an argument from its choices."""
+    """Every live seat samples an action type from its info's mask and an argument from its choices."""
     rng = random.Random(seed)
     obs, infos = env.reset(seed=seed)
     while env.agents:
         actions = {}
-        for name in env.agents:
-            mask = infos[name]["action_mask"]
+        for seat in env.agents:
+            mask = infos[seat]["action_mask"]
             kinds = [k for k, on in zip(ACTION_TYPES, mask, strict=True) if on]
             kind = rng.choice(kinds)
-            choices = obs[name]["choices"]
+            choices = obs[seat]["choices"]
             argument = rng.choice(choices) if choices else ("I have a hunch." if kind != "none" else "")
-            actions[name] = {"action_type": kind, "argument": argument}
+            actions[seat] = {"action_type": kind, "argument": argument}
         obs, _, _, _, infos = env.step(actions)
     return env.turns
 
@@ -60,10 +60,10 @@ def test_parallel_api_on_six_player_werewolf(library) -> None:
     parallel_api_test(env, num_cycles=200)
     env = SocialEnv(setup=_setup(library, "werewolf-ashford"), evaluator=VerifiableJudge())
     obs, infos = env.reset(seed=0)
-    for name in env.agents:
-        assert infos[name]["action_mask"].dtype == np.int8 and infos[name]["phase"] == "seer"
-        assert list(infos[name]["action_mask"]) == list(obs[name]["available_actions"])
-        assert env.observation_space(name).contains(obs[name])
+    for seat in env.agents:
+        assert infos[seat]["action_mask"].dtype == np.int8 and infos[seat]["phase"] == "seer"
+        assert list(infos[seat]["action_mask"]) == list(obs[seat]["available_actions"])
+        assert env.observation_space(seat).contains(obs[seat])
     turns = _masked_random_play(env, seed=3)  # masked sampling never makes an invalid move
     assert env.termination_reason == "game_over" and not any(t.action.error for t in turns)
     assert env.rating is not None and env.rating.rated
@@ -72,8 +72,9 @@ def test_parallel_api_on_six_player_werewolf(library) -> None:
 def test_the_dead_never_act_and_the_living_act_in_their_phase(library) -> None:
     setup = _setup(library, "werewolf-ashford")
     env = SocialEnv(setup=setup, config=EnvConfig(max_agent_errors=99))
-    roles = _roles(setup)
+    roles = {f"agent_{i}": role for i, role in enumerate(_roles(setup).values())}  # by seat, as the env's ids
     obs, infos = env.reset(seed=0)
+    assert {s: infos[s]["role"] for s in env.agents} == roles
     dead: set[str] = set()
     while env.agents:
         acting = [n for n in env.agents if infos[n]["acting"]]
@@ -91,7 +92,7 @@ def test_the_dead_never_act_and_the_living_act_in_their_phase(library) -> None:
         for name in dead:  # a dead player's move is ignored: it never reaches the transcript
             actions[name] = {"action_type": "speak", "argument": "Boo!"}
         obs, _, _, _, infos = env.step(actions)
-        dead |= {n for n in setup.agent_names if n not in env.game.alive}
+        dead |= {env.seat_of(n) for n in setup.agent_names if n not in env.game.alive}
     assert dead and not any(t.action.argument == "Boo!" for t in env.turns)
     assert not any(t.action.error for t in env.turns)  # every living move above was a valid one
 
@@ -104,23 +105,24 @@ def test_a_vote_for_the_dead_or_an_unknown_player_is_invalid(library) -> None:
     victim = next(n for n in names if roles[n] == "villager")
     env = SocialEnv(setup=setup, config=EnvConfig(max_agent_errors=99))
     env.reset(seed=0)
-    env.step({n: NONE for n in names} | {seer: {"action_type": "action", "argument": f"inspect {wolves[0]}"}})
+    idle = {s: NONE for s in env.agents}
+    env.step(idle | {env.seat_of(seer): {"action_type": "action", "argument": f"inspect {wolves[0]}"}})
     kill = {"action_type": "action", "argument": f"kill {victim}"}
-    env.step({n: NONE for n in names} | dict.fromkeys(wolves, kill))
+    env.step(idle | {env.seat_of(w): kill for w in wolves})
     assert victim not in env.game.alive
     speaker = env.acting[0]
     assert env.game.phase.name == "day"
-    env.step({n: NONE for n in names} | {speaker: {"action_type": "action", "argument": f"vote for {wolves[1]}"}})
-    assert "not allowed in the day phase" in env._last_error[speaker]  # a vote is no day move
+    env.step(idle | {speaker: {"action_type": "action", "argument": f"vote for {wolves[1]}"}})
+    assert "not allowed in the day phase" in env._last_error[env.name_of(speaker)]  # a vote is no day move
     while env.game.phase.name == "day":
-        env.step({n: NONE for n in names} | {env.acting[0]: _speak("Let us vote.")})
-    voter = next(n for n in env.acting if n != victim)
+        env.step(idle | {env.acting[0]: _speak("Let us vote.")})
+    voter = next(env.name_of(s) for s in env.acting if env.name_of(s) != victim)
     for bad in (f"vote for {victim}", "vote for Nobody Atall", f"vote for {voter}", "vote"):
         assert "is not a valid choice in the vote phase" in env.game.problem(
             voter, AgentAction(action_type="action", argument=bad)
         )
     before = env.errors[voter]
-    env.step({n: NONE for n in names} | {voter: {"action_type": "action", "argument": f"vote for {victim}"}})
+    env.step(idle | {env.seat_of(voter): {"action_type": "action", "argument": f"vote for {victim}"}})
     assert "not a valid choice" in env._last_error[voter] and env.errors[voter] == before + 1
 
 
@@ -213,8 +215,8 @@ def test_a_game_cut_short_is_unrated_never_zero(library) -> None:
     setup = _setup(library, "werewolf-ashford")
     env = SocialEnv(setup=setup, evaluator=VerifiableJudge())  # one agent error ends the episode
     env.reset(seed=0)
-    seer = next(n for n, r in _roles(setup).items() if r == "seer")
-    _, rewards, terms, _, infos = env.step({n: NONE for n in setup.agent_names} | {seer: "not json"})
+    seer = env.seat_of(next(n for n, r in _roles(setup).items() if r == "seer"))
+    _, rewards, terms, _, infos = env.step({s: NONE for s in env.agents} | {seer: "not json"})
     assert env.termination_reason == "agent_error" and all(terms.values())
     assert all(np.isnan(r) for r in rewards.values())
     assert "did not reach its end (agent_error)" in infos[seer]["evaluation"]["error"]
@@ -305,8 +307,8 @@ def test_saying_ones_own_word_puts_one_out(library) -> None:
     env.reset(seed=0)
     while not env.game.over and env.game.phase.name == "describe":
         speaker = env.acting[0]
-        line = "It's a TEA, of course." if speaker == odd else "Something warm to drink."
-        env.step({n: NONE for n in names} | {speaker: _speak(line)})
+        line = "It's a TEA, of course." if env.name_of(speaker) == odd else "Something warm to drink."
+        env.step({s: NONE for s in env.agents} | {speaker: _speak(line)})
     assert odd not in env.game.alive and not any(t.action.error for t in env.turns)
     assert env.termination_reason == "game_over"  # the only undercover player is out: the civilians win
     assert all(env.rating.of(n).success == (roles[n] == "civilian") for n in names)

@@ -28,24 +28,28 @@ def three(library):
     return sample_setups([scenario], library, 1, seed=0)[0]
 
 
+SEATS = ("agent_0", "agent_1", "agent_2")
+
+
 def _say(text: str, to: list[str] | None = None) -> AgentAction:
     return AgentAction(action_type="speak", argument=text, to=to)
 
 
 def test_a_whisper_reaches_only_its_recipients_and_never_leaks(three) -> None:
-    a, b, c = three.agent_names
+    a, b, c = three.agent_names  # the characters: ``to`` and the transcript name them
+    sa, sb, sc = SEATS  # the env's ids
     env = SocialEnv(setup=three, config=EnvConfig(max_turns=6))
     obs, _ = env.reset(seed=0)
-    obs, *_ = env.step({a: _say(WHISPER, to=[b]), b: {"action_type": "none"}, c: {"action_type": "none"}})
+    obs, *_ = env.step({sa: _say(WHISPER, to=[b]), sb: {"action_type": "none"}, sc: {"action_type": "none"}})
     assert env.turns[-1].audience == [a, b] and env.turns[-1].action.to == [b]
-    for name in (a, b):
-        assert WHISPER in obs[name]["text"]
-        assert f"said to {b}" in obs[name]["text"]
-    assert WHISPER not in obs[c]["text"] and not obs[c]["history"]
-    obs, *_ = env.step({a: {"action_type": "none"}, b: _say("Sure, noted."), c: {"action_type": "none"}})
-    assert "Sure, noted." in obs[c]["text"] and WHISPER not in obs[c]["text"]  # later public talk does not leak it
-    for name, seen in ((a, True), (b, True), (c, False)):
-        prompt = render_prompt(Observation.from_env(obs[name]))
+    for seat in (sa, sb):
+        assert WHISPER in obs[seat]["text"]
+        assert f"said to {b}" in obs[seat]["text"]
+    assert WHISPER not in obs[sc]["text"] and not obs[sc]["history"]
+    obs, *_ = env.step({sa: {"action_type": "none"}, sb: _say("Sure, noted."), sc: {"action_type": "none"}})
+    assert "Sure, noted." in obs[sc]["text"] and WHISPER not in obs[sc]["text"]  # later public talk does not leak it
+    for seat, seen in ((sa, True), (sb, True), (sc, False)):
+        prompt = render_prompt(Observation.from_env(obs[seat]))
         assert (WHISPER in prompt[1]["content"]) is seen
         assert all(WHISPER not in m["content"] for m in prompt if m["role"] == "system")
 
@@ -69,32 +73,34 @@ def test_training_examples_of_a_non_recipient_never_hold_the_whisper(three) -> N
 
 def test_a_to_that_names_nobody_someone_absent_or_oneself_is_an_agent_error(three) -> None:
     a, b, c = three.agent_names
+    sa, sb, sc = SEATS
     for to, reason in (([], "names nobody"), (["Nobody Here"], "'Nobody Here' is not someone"), ([a], "is not")):
         env = SocialEnv(setup=three, config=EnvConfig(max_turns=6, max_agent_errors=3))
         env.reset(seed=0)
-        _, _, _, _, infos = env.step({a: _say("Hi", to=to), b: {"action_type": "none"}, c: {"action_type": "none"}})
-        assert env.errors[a] == 1 and reason in infos[a]["last_error"], infos[a]["last_error"]
+        _, _, _, _, infos = env.step({sa: _say("Hi", to=to), sb: {"action_type": "none"}, sc: {"action_type": "none"}})
+        assert env.errors[a] == 1 and reason in infos[sa]["last_error"], infos[sa]["last_error"]
         assert env.turns[-1].action.error and env.turns[-1].audience is None
     env = SocialEnv(setup=three, config=EnvConfig(max_turns=6, max_agent_errors=3))
     env.reset(seed=0)
-    env.step({a: AgentAction(action_type="leave"), b: {"action_type": "none"}, c: {"action_type": "none"}})
-    env.step({a: {"action_type": "none"}, b: _say("Bye", to=[a]), c: {"action_type": "none"}})  # a has left
+    env.step({sa: AgentAction(action_type="leave"), sb: {"action_type": "none"}, sc: {"action_type": "none"}})
+    env.step({sa: {"action_type": "none"}, sb: _say("Bye", to=[a]), sc: {"action_type": "none"}})  # a has left
     assert env.errors[b] == 1 and "is not someone" in env._last_error[b]
 
 
 def test_the_schema_lists_only_who_can_be_addressed(three) -> None:
     a, b, c = three.agent_names
+    sa, sb, sc = SEATS
     env = SocialEnv(setup=three)
     obs, _ = env.reset(seed=0)
-    first = Observation.from_env(obs[a])
-    assert first.recipients == [b, c] and Observation.from_env(obs[b]).recipients == []  # not b's turn
+    first = Observation.from_env(obs[sa])
+    assert first.recipients == [b, c] and Observation.from_env(obs[sb]).recipients == []  # not b's turn
     schema = action_json_schema(first.available_actions, first.recipients)
     for branch in schema["anyOf"]:
         assert branch["properties"]["to"]["items"]["enum"] == [b, c] and "to" not in branch["required"]
     assert all("to" not in b["properties"] for b in action_json_schema()["anyOf"])  # two seats: as before
     assert parse_action(json.dumps({"action_type": "speak", "argument": "Hi", "to": [c]})).to == [c]
-    env.step({a: AgentAction(action_type="leave"), b: {"action_type": "none"}, c: {"action_type": "none"}})
-    assert Observation.from_env(env.observe(b)).recipients == []  # one other left: nothing to choose between
+    env.step({sa: AgentAction(action_type="leave"), sb: {"action_type": "none"}, sc: {"action_type": "none"}})
+    assert Observation.from_env(env.observe(sb)).recipients == []  # one other left: nothing to choose between
 
 
 def test_each_pair_has_its_own_relationship(library) -> None:

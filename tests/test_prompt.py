@@ -39,17 +39,17 @@ def say(text: str) -> str:
 
 
 def observations_after(setup, lines: list[str]) -> list[dict]:
-    """Each turn's observations while the seats speak ``lines`` in turn (round-robin)."""
+    """Each turn's observations, by character name, while the seats speak ``lines`` in turn (round-robin)."""
     env = SocialEnv(setup=setup)
     obs, infos = env.reset(seed=0)
     seen = [obs]
     for line in lines:
-        acting = next(n for n in env.agents if infos[n]["acting"])
-        actions = {n: AgentAction(action_type=ActionType.none) for n in env.agents}
+        acting = next(s for s in env.agents if infos[s]["acting"])
+        actions = {s: AgentAction(action_type=ActionType.none) for s in env.agents}
         actions[acting] = AgentAction(action_type=ActionType.speak, argument=line)
         obs, _, _, _, infos = env.step(actions)
         seen.append(obs)
-    return seen
+    return [{env.name_of(seat): o for seat, o in step.items()} for step in seen]
 
 
 def test_chat_prompt_holds_the_seats_character_and_own_goal_only(two_friends) -> None:
@@ -99,7 +99,7 @@ def test_a_game_is_prompted_with_its_rules(library) -> None:
 
     setup = sample_setup(library, seed=0, scenario="werewolf-ashford")
     obs, _ = SocialEnv(setup=setup).reset(seed=0)
-    name = setup.agent_names[0]
+    name = "agent_0"
     assert Observation.from_env(obs[name]).phase
     assert render_prompt(obs[name], CHAT) == render_prompt(obs[name], SOTOPIA)
 

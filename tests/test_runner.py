@@ -132,9 +132,9 @@ def test_rate_stored_rerates_unrated_and_keeps_failures_honest(tmp_path):
         )
     )
     assert store.count(tag="r", status="unrated") == 2
-    assert asyncio.run(rate_stored(store, Exploding(), tag="r")) == {"rated": 0, "unrated": 2}
+    assert asyncio.run(rate_stored(store, Exploding(), tag="r")) == {"rated": 0, "unrated": 2, "failed": 0}
     assert all("judge crashed" in log.rating.error for log in store.query(tag="r"))
-    assert asyncio.run(rate_stored(store, RuleBasedEvaluator(), tag="r")) == {"rated": 2, "unrated": 0}
+    assert asyncio.run(rate_stored(store, RuleBasedEvaluator(), tag="r")) == {"rated": 2, "unrated": 0, "failed": 0}
     assert store.count(tag="r", status="rated") == 2 and store.count(tag="r") == 2
 
 

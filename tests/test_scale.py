@@ -211,7 +211,9 @@ def test_calls_spread_over_servers_given_as_repeated_flags(tmp_path: Path, libra
             "--max-turns", "3", "--concurrency", "4", *bases, "--store", f"sqlite:///{tmp_path}/b.db",
         )  # fmt: skip
         assert result.exit_code == 0, result.output
-        counts = [len(s.requests) for s in servers]
+        probes = [sum(r.get("max_tokens") == 1 for r in s.requests) for s in servers]
+        counts = [len(s.requests) - n for s, n in zip(servers, probes, strict=True)]
+    assert probes == [1, 1, 1]  # the preflight asks each server once (agents and judge share the model)
     assert sum(counts) == 4 * 4  # 4 episodes x (3 turns + the judge)
     assert min(counts) >= 3, counts  # least outstanding first: each server takes a fair share
 

@@ -209,4 +209,4 @@ def test_real_embedded_llm_agent_as_learner(embedded_model_path, two_friends):
         assert obs.startswith("<|im_start|>system") and obs.endswith("<|im_start|>assistant\n")
         obs, _, terminated, truncated, info = env.step(action.model_dump_json())
         done = terminated or truncated
-    assert len(backend.requests) == sum(t.agent == env.learner for t in env.env.turns) >= 1
+    assert len(backend.requests) == sum(t.agent == env.learner_name for t in env.env.turns) >= 1

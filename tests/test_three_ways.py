@@ -35,25 +35,26 @@ def by_hand(scenario: str, seat: int, seed: int, partner: str, judge: str):
     """``SocialEnv`` stepped directly: the policy in ``seat``, a fresh ``partner`` agent in every other seat."""
     setup = sample_setup(load_library(), seed=seed, scenario=scenario)
     env = SocialEnv(setup=setup, evaluator=make_evaluator(judge, "goal"), config=EnvConfig(max_turns=MAX_TURNS))
+    mine = env.possible_agents[seat]  # the env's ids are seats
     partners = {}
-    for s, name in enumerate(setup.agent_names):
+    for s, agent_id in enumerate(env.possible_agents[: len(setup.characters)]):
         if s != seat:
-            partners[name] = Whisperer() if partner.endswith("Whisperer") else load_agent(partner)
-            reset_for_episode(partners[name], setup, s)
+            partners[agent_id] = Whisperer() if partner.endswith("Whisperer") else load_agent(partner)
+            reset_for_episode(partners[agent_id], setup, s)
     obs, infos = env.reset(seed=seed)
     moves, rewards = 0, {}
     while env.agents:
         actions = {}
-        for name in env.agents:
-            seen = Observation.from_env(obs[name])
-            if not infos[name]["acting"]:
-                actions[name] = {"action_type": "none", "argument": ""}
-            elif name == setup.agent_names[seat]:
-                actions[name], moves = scripted_policy(seen, moves), moves + 1
+        for agent_id in env.agents:
+            seen = Observation.from_env(obs[agent_id])
+            if not infos[agent_id]["acting"]:
+                actions[agent_id] = {"action_type": "none", "argument": ""}
+            elif agent_id == mine:
+                actions[agent_id], moves = scripted_policy(seen, moves), moves + 1
             else:
-                actions[name] = asyncio.run(partners[name].act(seen))
+                actions[agent_id] = asyncio.run(partners[agent_id].act(seen))
         obs, rewards, _, _, infos = env.step(actions)
-    return [t.model_dump(mode="json") for t in env.turns], rewards[setup.agent_names[seat]]
+    return [t.model_dump(mode="json") for t in env.turns], rewards[mine]
 
 
 def through_trl(scenario: str, seat: int, seed: int, partner: str, judge: str):

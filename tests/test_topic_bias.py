@@ -28,8 +28,10 @@ from episode_quality import talk_figures  # noqa: E402  (the benchmark's own mea
 
 
 def first_observations(setup) -> dict[str, Observation]:
-    obs, _ = SocialEnv(setup=setup).reset(seed=0)
-    return {name: Observation.from_env(o) for name, o in obs.items()}
+    """Each seat's first observation, by character name."""
+    env = SocialEnv(setup=setup)
+    obs, _ = env.reset(seed=0)
+    return {env.name_of(seat): Observation.from_env(o) for seat, o in obs.items()}
 
 
 def test_a_seats_topic_words_are_its_scenario_and_own_goal(two_friends) -> None:

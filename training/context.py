@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from sotopia_env.backends.base import GenerationSettings
-from sotopia_env.backends.resolve import prompt_for_model
+from sotopia_env.backends.resolve import is_local_spec, prompt_for_model
+from sotopia_env.episodes.preflight import check_services
 from sotopia_env.episodes.ray_batch import BatchRecipe, run_batch_on_ray
-from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job, default_agent_factory, plan, run_batch
+from sotopia_env.episodes.runner import (
+    AgentFactory,
+    BatchSummary,
+    Job,
+    check_batch,
+    default_agent_factory,
+    plan,
+    run_batch,
+)
 from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.evaluators import Evaluator, make_evaluator
 from sotopia_env.library import Library, load_library
@@ -68,6 +77,8 @@ class StageContext:
                 raise ConfigError(f"{config.source}: {exc}") from None
             store = open_store(config.store_url)
             store.ping()  # a store that cannot keep the episodes fails the stage before anything is played
+            if evaluator is not None:  # a judge with a wrong key or a dead server: one line, before any stage
+                check_services([evaluator])
         return cls(config, library, store, evaluator, progress)
 
     @property
@@ -119,7 +130,9 @@ class StageContext:
         the other ranks wait for it (their summary counts the stored episodes as skipped).
 
         A store that stays down past ``store_retry_seconds`` ends the stage with ``EpisodesSpilled`` (a StoreError
-        naming the spill file in the output dir) once every episode was played."""
+        naming the spill file in the output dir) once every episode was played. Every model service is probed
+        first (``episodes.preflight``); episodes that failed on a service end the stage with ``EpisodesFailed``
+        once the batch is over, and running the stage again plays them again."""
         with main_process_first() as main:
             if not main:
                 return BatchSummary(total=len(jobs), skipped=plan(jobs, self.store, tag)[1])
@@ -138,6 +151,8 @@ class StageContext:
             temperature=c.generation.temperature, max_new_tokens=c.generation.max_new_tokens, seed=c.seed
         )
         make_agents = partial(stage_agents, settings, c.api_base, policy, server.api_base if server else None)
+        remote = {spec for job in jobs for spec in job.agent_specs if not is_local_spec(spec)}
+        check_services([self.evaluator, *(make_agents()(spec, 0) for spec in sorted(remote))])
         try:
             if c.ray is not None:  # the same run_batch in every Ray actor, with backends each builds itself
                 judge = partial(make_evaluator, c.evaluator.model, c.evaluator.dimensions, c.api_base)
@@ -148,12 +163,12 @@ class StageContext:
                     judge,
                     c.concurrency,
                     c.env,
-                    False,
+                    True,  # a resumed stage plays again what failed (or went unrated) before
                     c.store_retry_seconds,
                     c.out.resolve(),
                     c.max_calls,
                 )
-                return run_batch_on_ray(jobs, self.store, recipe, c.ray, self.progress)
+                return check_batch(run_batch_on_ray(jobs, self.store, recipe, c.ray, self.progress), self.store, tag)
             episodes = run_batch(
                 jobs,
                 self.store,
@@ -162,12 +177,13 @@ class StageContext:
                 make_agents(),
                 c.concurrency,
                 c.env,
+                rerun_failed=True,  # a resumed stage plays again what failed (or went unrated) before
                 progress=self.progress,
                 retry_seconds=c.store_retry_seconds,
                 spill_dir=c.out.resolve(),
                 max_calls=c.max_calls,
             )  # play -> rate -> store, each episode through episodes.runner.run_episode
-            return asyncio.run(server.guard(episodes) if server else episodes)
+            return check_batch(asyncio.run(server.guard(episodes) if server else episodes), self.store, tag)
         finally:
             specs = {spec for job in jobs for spec in job.agent_specs} | ({SERVED_MODEL} if server else set())
             release_backends(specs, keep=self.evaluator)

@@ -160,7 +160,7 @@ def replay(log: EpisodeLog, config: EnvConfig | None = None) -> Iterator[tuple[T
             by_turn.setdefault(turn.turn, []).append(turn)
     for index in sorted(by_turn):
         recorded = by_turn[index]
-        acting = sorted(name for name in env.agents if infos[name]["acting"])
+        acting = sorted(env.name_of(seat) for seat in env.agents if infos[seat]["acting"])  # the log keeps names
         if index != env.turn or sorted(t.agent for t in recorded) != acting:
             who, expected = ", ".join(t.agent for t in recorded), ", ".join(acting) or "nobody"
             raise ReplayError(
@@ -168,8 +168,10 @@ def replay(log: EpisodeLog, config: EnvConfig | None = None) -> Iterator[tuple[T
                 f" {env.turn} (was it run with action order {config.action_order!r}?)"
             )
         for turn in recorded:
-            yield turn, Observation.from_env(obs[turn.agent])
-        actions = {name: {"action_type": "none"} for name in env.agents} | {t.agent: t.action for t in recorded}
+            yield turn, Observation.from_env(obs[env.seat_of(turn.agent)])
+        actions = {seat: {"action_type": "none"} for seat in env.agents} | {
+            env.seat_of(t.agent): t.action for t in recorded
+        }
         obs, _, _, _, infos = env.step(actions)
 
 

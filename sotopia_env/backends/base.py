@@ -42,7 +42,9 @@ def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:
 
 @dataclass
 class Completion:
-    """A backend's answer. ``error`` is set (and ``text`` empty) when the call failed for good."""
+    """A backend's answer. ``error`` is set (and ``text`` empty) when the call failed for good; ``failure`` then
+    says whether the model service itself failed (one of ``SERVICE_FAILURES``), which no retry of the agent or
+    the judge can mend: the episode is ``failed``, never rated (``raise_service_failure``)."""
 
     text: str
     prompt_tokens: int = 0
@@ -50,6 +52,7 @@ class Completion:
     latency_s: float = 0.0
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -64,6 +67,28 @@ def describe(exc: BaseException) -> str:
 
 class BackendError(RuntimeError):
     """A backend could not produce a completion (after its retries)."""
+
+
+# How a model service can fail, as ``Completion.failure`` and ``ServiceFailure.kind`` name it: a key refused or
+# missing; a model the server does not serve; nothing answering (refused, timed out); 5xx or 429 after every
+# retry; a request the server rejected (4xx); a request this backend cannot make (regex decoding on a server).
+SERVICE_FAILURES = ("auth", "model_not_found", "unreachable", "server_error", "rate_limited", "rejected", "unsupported")
+
+
+class ServiceFailure(BackendError):
+    """The model service failed, not the model: the model never answered. An agent or judge that meets one
+    raises it instead of retrying; ``episodes.runner`` stores the episode as ``failed`` (never rated), and
+    ``--rerun-failed`` plays it again. ``kind`` is one of ``SERVICE_FAILURES``."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def raise_service_failure(completion: Completion) -> None:
+    """Raise ``ServiceFailure`` where ``completion`` failed on the service (``Completion.failure``)."""
+    if completion.failure is not None:
+        raise ServiceFailure(completion.error or completion.failure, completion.failure)
 
 
 @runtime_checkable

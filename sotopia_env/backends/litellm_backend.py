@@ -105,15 +105,18 @@ class LiteLLMBackend(RemoteBackend):
         )
 
     def _retryable(self, exc: BaseException) -> bool:
-        import httpx
-
-        litellm = self._litellm
-        if isinstance(exc, (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError)):
-            return True
-        if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException, httpx.TransportError)):
+        if isinstance(exc, self._litellm.RateLimitError) or self._unreachable(exc):
             return True
         status = getattr(exc, "status_code", None)
         return isinstance(status, int) and status >= 500
+
+    def _unreachable(self, exc: BaseException) -> bool:
+        import httpx
+
+        litellm = self._litellm  # its connection errors carry a status of 500: the type says what happened
+        return isinstance(
+            exc, (litellm.Timeout, litellm.APIConnectionError, asyncio.TimeoutError, httpx.TransportError)
+        )
 
 
 def _check_provider(litellm: Any, model: str) -> None:

@@ -115,7 +115,12 @@ class OpenAIHTTPBackend(RemoteBackend):
 
         if isinstance(exc, HTTPError):
             return exc.status_code == 429 or exc.status_code >= 500
-        return isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+        return self._unreachable(exc) or isinstance(exc, aiohttp.ClientPayloadError)
+
+    def _unreachable(self, exc: BaseException) -> bool:
+        import aiohttp
+
+        return isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError))
 
 
 def _json_or_none(raw: bytes) -> Any:

@@ -3,9 +3,11 @@ bounded retries with backoff, a concurrency limit per model, several servers, an
 
 A subclass says how one call is sent to one server (``_send``) and which failures are worth a retry
 (``_retryable``). 429s, timeouts, connection errors and 5xx are retried with exponential backoff and jitter;
-other errors fail at once. A failed request becomes ``Completion(text="", error=...)``; ``generate`` never
-raises for one. The api key is held in a private attribute only: never logged, never put in a ``Completion``
-or a repr.
+other errors fail at once, and so does a key refused or missing, or a model the server does not serve, whatever
+status it comes with (litellm reports a missing key as a 500). A failed request becomes ``Completion(text="",
+error=..., failure=KIND)``, ``KIND`` naming how the service failed (``failure_kind``; ``base.SERVICE_FAILURES``);
+``generate`` never raises for one. ``probe`` is one cheap call to one server, for a preflight. The api key is
+held in a private attribute only: never logged, never put in a ``Completion`` or a repr.
 
 An ``api_base`` naming several servers (``endpoints.ModelServers``) spreads calls over them (``endpoints.EndpointPool``:
 fewest outstanding first, failing servers rested). A call that failed on one server is retried on another at
@@ -31,13 +33,21 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.base import ChatRequest, Completion, ServiceFailure
 from sotopia_env.backends.endpoints import ApiBase, Endpoint, EndpointPool, ModelServers
 
 # Providers that speak the OpenAI protocol at an ``api_base`` and accept ``response_format`` json_schema.
 OPENAI_COMPATIBLE = frozenset({"openai", "hosted_vllm"})
 HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum", "pattern"})
 _MAX_BACKOFF_S = 30.0
+# Failures no retry mends: a key refused or missing, a model the server does not serve.
+FINAL_FAILURES = frozenset({"auth", "model_not_found"})
+_AUTH_TEXT = re.compile(
+    r"missing credentials|api[ _-]?key|unauthori[sz]ed|authenticat|permission denied|forbidden|access denied", re.I
+)
+_NOT_FOUND_TEXT = re.compile(
+    r"model\b.{0,160}\b(?:not found|does not exist|not exist)|model_not_found|no such model", re.I
+)
 
 # Semaphores bind to the event loop they are first used on, so there is one set per running loop.
 _SemaphoreKey = tuple[str, ModelServers | None, int]
@@ -189,6 +199,30 @@ class RemoteBackend:
     def _retryable(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
+    def failure_kind(self, exc: BaseException) -> str:
+        """How the service failed in ``exc`` (one of ``base.SERVICE_FAILURES``), by status and message."""
+        status = getattr(exc, "status_code", None)
+        message = str(exc)
+        if status in (401, 403) or _AUTH_TEXT.search(message):
+            return "auth"
+        if status == 404 or _NOT_FOUND_TEXT.search(message):
+            return "model_not_found"
+        if self._unreachable(exc):
+            return "unreachable"
+        if status == 429:
+            return "rate_limited"
+        if isinstance(status, int) and 400 <= status < 500:
+            return "rejected"
+        return "server_error"
+
+    def _unreachable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says nothing answered: a connection refused or dropped, a timeout."""
+        raise NotImplementedError
+
+    def _retry(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is worth another attempt: the subclass says so and the failure is not final."""
+        return self._retryable(exc) and self.failure_kind(exc) not in FINAL_FAILURES
+
     def _server_failed(self, exc: BaseException) -> bool:
         """Whether ``exc`` blames the server (refused, timed out, 5xx), not the request or a rate limit."""
         return self._retryable(exc) and getattr(exc, "status_code", None) != 429
@@ -221,7 +255,8 @@ class RemoteBackend:
 
     async def _one(self, request: ChatRequest) -> Completion:
         if request.regex is not None:
-            return Completion(text="", error=f"{self.model}: regex-constrained decoding needs the local backend")
+            error = f"{self.model}: regex-constrained decoding needs the local backend"
+            return Completion(text="", error=error, failure="unsupported")
         messages, extra = self._prepared(request)
         semaphore = per_loop_semaphore(self._semaphore_key(), _CALL_LIMIT.get() or self.max_concurrency)
         attempt = 0
@@ -241,16 +276,36 @@ class RemoteBackend:
                 latency = time.perf_counter() - start
                 break
             except Exception as exc:  # every failure becomes a Completion.error (cancellation is not an Exception)
-                if attempt > self.max_retries or not self._retryable(exc):
+                if attempt > self.max_retries or not self._retry(exc):
                     server = endpoint.url if len(self.endpoints) > 1 else None
                     error = self._describe(exc, attempt, server)
-                    return Completion(text="", error=error, meta={"attempts": attempt})
+                    failure = self.failure_kind(exc)
+                    return Completion(text="", error=error, meta={"attempts": attempt}, failure=failure)
                 failed_on = endpoint
                 if self._server_failed(exc) and self.endpoints.available(avoid=endpoint):
                     continue  # another server is up: retry there at once
                 delay = min(_MAX_BACKOFF_S, self.backoff_base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
                 await asyncio.sleep(delay)
         return self._completion(request, reply, latency, attempt)
+
+    async def probe(self, url: str | None, timeout_s: float) -> ServiceFailure | None:
+        """One cheap call (one token, no retry) to the server at ``url`` (None: the provider's own): the failure
+        that a run would meet there, or None when the service answers. A rate limit (429) or a request the server
+        rejects (another 4xx: a one-token call is unusual) still proves the key, the server and the model, and
+        passes; a timeout after ``timeout_s`` is ``unreachable``."""
+        request = ChatRequest(messages=[{"role": "user", "content": "Say OK."}], temperature=0.0, max_new_tokens=1)
+        messages, extra = self._prepared(request)
+        try:
+            await asyncio.wait_for(self._send(request, messages, extra, url), timeout=timeout_s)
+        except asyncio.TimeoutError as exc:
+            return ServiceFailure(
+                f"{self.model}: no answer within {timeout_s:g} s ({type(exc).__name__})", "unreachable"
+            )
+        except Exception as exc:
+            kind = self.failure_kind(exc)
+            if kind not in ("rate_limited", "rejected"):
+                return ServiceFailure(self._describe(exc, 1, url), kind)
+        return None
 
     def _describe(self, exc: BaseException, attempts: int, server: str | None = None) -> str:
         status = getattr(exc, "status_code", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from sotopia_env.backends.base import ChatRequest, Completion
+from sotopia_env.backends.base import ChatRequest, Completion, ServiceFailure
 
 Reply = str | Exception
 Responder = Callable[[ChatRequest], Reply]
@@ -14,7 +14,8 @@ Responder = Callable[[ChatRequest], Reply]
 class ScriptedBackend:
     """Answers requests from a list (in order, cycling if ``cycle``) or from a function of the request.
 
-    An ``Exception`` in the script becomes a failed ``Completion`` carrying its message.
+    An ``Exception`` in the script becomes a failed ``Completion`` carrying its message; a ``ServiceFailure``
+    one whose service failed (``Completion.failure``: its ``kind``), as a key refused or a server down would.
     Every request is kept in ``self.requests`` for inspection.
     """
 
@@ -53,7 +54,8 @@ class ScriptedBackend:
             reply = self._next(request)
             prompt_tokens = sum(len(m["content"].split()) for m in request.messages)
             if isinstance(reply, Exception):
-                out.append(Completion(text="", prompt_tokens=prompt_tokens, error=str(reply)))
+                failure = reply.kind if isinstance(reply, ServiceFailure) else None
+                out.append(Completion(text="", prompt_tokens=prompt_tokens, error=str(reply), failure=failure))
             else:
                 out.append(Completion(text=reply, prompt_tokens=prompt_tokens, completion_tokens=len(reply.split())))
         return out

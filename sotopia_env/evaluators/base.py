@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field, model_serializer, model_validator
 
-from sotopia_env.backends.base import Usage
+from sotopia_env.backends.base import ServiceFailure, Usage
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.evaluators.dimensions import Dimension
 from sotopia_env.transcript import Turn
@@ -107,14 +107,19 @@ def failed_rating(evaluator: object, exc: BaseException) -> EpisodeRating:
     return EpisodeRating(evaluator=getattr(evaluator, "name", "?"), error=f"{type(exc).__name__}: {exc}")
 
 
-async def aevaluate_safely(evaluator: Evaluator, context: EpisodeContext) -> EpisodeRating:
-    """The one rating call (``episodes.runner.rate`` and the env's terminal step): never raises.
+async def aevaluate_safely(
+    evaluator: Evaluator, context: EpisodeContext, raise_service_failures: bool = False
+) -> EpisodeRating:
+    """The one rating call (``episodes.runner.rate`` and the env's terminal step): never raises, except a
+    ``ServiceFailure`` where ``raise_service_failures`` (the runner's: such an episode is failed, not unrated).
 
     An evaluator that raises leaves the episode unrated with the error, never lost and never a score of 0.
     """
     try:
         return await evaluator.aevaluate(context)
     except Exception as exc:
+        if raise_service_failures and isinstance(exc, ServiceFailure):
+            raise
         return failed_rating(evaluator, exc)
 
 

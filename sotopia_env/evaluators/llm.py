@@ -4,7 +4,9 @@ The judge sees everything (every profile with its secret, every goal, the
 relationship) and the full transcript, and returns, per agent and dimension,
 its reasoning and an integer score, as JSON constrained by a schema where the
 backend can. Scores are range-checked. After ``max_retries`` failed attempts
-the episode is *unrated* with the last error: never a score of 0.
+the episode is *unrated* with the last error: never a score of 0. A judge whose service failed (a key refused,
+a server down: ``Completion.failure``) raises ``ServiceFailure`` at once: ``episodes.runner.rate`` then stores
+the episode as failed, to be played again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sotopia_env.backends.base import Backend, GenerationSettings, Usage
+from sotopia_env.backends.base import Backend, GenerationSettings, Usage, raise_service_failure
 from sotopia_env.evaluators.base import AgentRating, EpisodeContext, EpisodeRating, SyncFromAsync, validate_scores
 from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS, Dimension
 from sotopia_env.observation import omniscient_background
@@ -171,6 +173,7 @@ class LLMEvaluator(SyncFromAsync):
             (completion,) = await self.backend.generate([request])
             usage.record(completion)
             self.usage.record(completion)
+            raise_service_failure(completion)  # the judge's service failed: the episode is failed, never rated
             if completion.error is not None:
                 problems.append(f"backend error: {completion.error}")
                 continue
