@@ -9,6 +9,7 @@ spec's own top-level name is taken from the user's folder: ours all live under `
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import re
@@ -22,7 +23,7 @@ from typing import Any
 from sotopia_env.agents.base import Agent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.endpoints import ApiBase
-from sotopia_env.errors import UserError
+from sotopia_env.errors import UserError, did_you_mean
 
 RULE_PARTNER = "rule-partner"
 RULE_PLAYER = "rule-player"
@@ -132,6 +133,14 @@ def load_agent(
         return load_custom_agent(spec)
     from sotopia_env.agents.llm import LLMAgent
     from sotopia_env.backends.resolve import resolve_backend
+    from sotopia_env.embedded_models import EMBEDDED_MODELS, UnknownModel
 
-    backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)
+    try:
+        backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)
+    except UnknownModel as exc:  # 'humna', 'rule-partnr': an agent's name misspelt reads as an unknown model
+        names = ["human", RULE_PARTNER, RULE_PLAYER]
+        if not difflib.get_close_matches(spec.strip().lower(), names, n=1, cutoff=0.6):
+            raise
+        hint = did_you_mean(spec, [*names, *EMBEDDED_MODELS])
+        raise UnknownModel(f"agent spec {spec!r}: not {', '.join(names)}, module:Class or a model spec{hint}") from exc
     return LLMAgent(backend, settings=settings, constrained=constrained, prompt=prompt)

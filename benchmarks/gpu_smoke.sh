@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU smoke test: one prepared script for a lent GPU machine (GPU_RUN.md has the exact `run` call).
+# The GPU smoke test: one prepared script for a lent GPU machine (benchmarks/GPU_RUN.md has the exact `run` call).
 #
 #   bash benchmarks/gpu_smoke.sh [OUT]        # from the repository root; OUT defaults to $OUT, else ./gpu-smoke
 #

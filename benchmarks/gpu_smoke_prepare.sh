@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare what travels to a lent GPU machine for benchmarks/gpu_smoke.sh (see GPU_RUN.md): run HERE, from the
+# Prepare what travels to a lent GPU machine for benchmarks/gpu_smoke.sh (see benchmarks/GPU_RUN.md): run HERE, from the
 # repository root, with network to PyPI. It fills .gpu-smoke/ (git-ignored, about 15 MB):
 #   .gpu-smoke/whl/    Python 3.12 x86-64 wheels of what the smoke path imports and that machine lacks, and ours
 #   .gpu-smoke/shape/  SmolLM2-135M's config and tokenizer files (no weights: the smoke test makes random ones)

@@ -88,6 +88,8 @@ def benchmark(
     interval. The protocol card of the results is printed and stored in --json as "cards"."""
     from sotopia_env.cli.episodes_cmds import open_store_or_fail
     from sotopia_env.cli.render import show_cards
+    from sotopia_env.cli.run_cmd import SMALL_JUDGE_NOTE
+    from sotopia_env.embedded_models import EMBEDDED_MODELS
     from sotopia_env.episodes.benchmark import (
         benchmark_agents,
         benchmark_judge,
@@ -146,6 +148,8 @@ def benchmark(
     with user_errors(UserError):
         cards = show_cards(st.iter(spec.chosen_tag), console, spec.chosen_tag)
     print_report(result.report, console)
+    if evaluator in EMBEDDED_MODELS:  # the same caveat as run's: a 135M judge's scores are not a measurement
+        console.print(SMALL_JUDGE_NOTE.format(judge=evaluator), highlight=False)
     if result.roles:
         print_role_table(result.roles, console)
     if json_out:

@@ -9,6 +9,7 @@ import typer
 from sotopia_env.cli.common import console, fail, user_errors
 from sotopia_env.cli.generate_cmds import generate_characters_cmd, generate_scenarios_cmd
 from sotopia_env.cli.options import ScenariosDir, library
+from sotopia_env.errors import did_you_mean
 
 scenarios_app = typer.Typer(help="Browse and validate scenarios.", no_args_is_help=True)
 characters_app = typer.Typer(help="Browse characters.", no_args_is_help=True)
@@ -28,6 +29,11 @@ def list_scenarios(
     if split is not None and split not in ("train", "dev", "test"):
         raise fail(f"--split {split!r}: expected train, dev or test")
     lib = library(scenarios_dir)
+    tags = {t for s in lib.scenarios.values() for t in s.tags}
+    if tag is not None and tag not in tags:
+        raise fail(
+            f"--tag {tag!r}: no scenario has this tag{did_you_mean(tag, tags, 'the tags: ' + ', '.join(sorted(tags)))}"
+        )
     table = Table("id", "relationship", "split", "tags", "scenario")
     shown = 0
     for s in sorted(lib.scenarios.values(), key=lambda s: s.id):

@@ -99,8 +99,8 @@ MaxCalls = typer.Option(
 Evaluator = typer.Option(
     DEFAULT_MODEL,
     "--evaluator",
-    help="The judge: a model spec, 'rule-based' (offline), 'verifiable' (exact goal on verifiable scenarios), "
-    "or 'none' to skip rating.",
+    help="The judge: a model spec, 'rule-based' (an offline smoke test, not a measurement), 'verifiable' (exact "
+    "goal on verifiable scenarios), or 'none' to skip rating.",
 )
 
 

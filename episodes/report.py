@@ -198,24 +198,50 @@ def print_report(report: Report, console, title: str | None = None) -> None:
         console.print(table)
 
 
+def dimension_ranges(dims: list[str]) -> dict[str, tuple[float, float]]:
+    """Each SOTOPIA-EVAL dimension's scale, and ``overall``'s (the mean of the lows to the mean of the highs) where
+    every other dimension is one of SOTOPIA's; a custom dimension has none here."""
+    from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS
+
+    known = {d.name: (float(d.low), float(d.high)) for d in SOTOPIA_DIMENSIONS}
+    ranges = {d: known[d] for d in dims if d in known}
+    scored = [d for d in dims if d != "overall"]
+    if "overall" in dims and scored and all(d in known for d in scored):
+        ranges["overall"] = (
+            sum(known[d][0] for d in scored) / len(scored),
+            sum(known[d][1] for d in scored) / len(scored),
+        )
+    return ranges
+
+
+def error_bar(cell: Cell | None, scale: tuple[float, float] | None) -> tuple[float, float]:
+    """How far a cell's 95% interval reaches below and above its mean, clipped to the dimension's scale (a
+    t-interval of few ratings can run past it: -7.5 to 21 on a 0..10 scale)."""
+    if cell is None or math.isnan(cell.low) or math.isnan(cell.mean):
+        return 0.0, 0.0
+    low, high = cell.low, cell.high
+    if scale is not None:
+        low, high = max(low, scale[0]), min(high, scale[1])
+    return max(0.0, cell.mean - low), max(0.0, high - cell.mean)
+
+
 def plot_report(report: Report, path: str) -> None:
-    """A PNG bar chart: dimensions on the x axis, one bar per model, 95% intervals as error bars."""
+    """A PNG bar chart: dimensions on the x axis, one bar per model, 95% intervals as error bars, clipped to each
+    dimension's scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     dims = report.dimensions
+    ranges = dimension_ranges(dims)
     width = 0.8 / max(1, len(report.rows))
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(dims)), 4.5))
     for i, row in enumerate(report.rows):
         xs = [j + i * width for j in range(len(dims))]
         means = [row.cells[d].mean if d in row.cells else math.nan for d in dims]
-        errs = [
-            (row.cells[d].high - row.cells[d].low) / 2 if d in row.cells and not math.isnan(row.cells[d].low) else 0
-            for d in dims
-        ]
-        ax.bar(xs, means, width, yerr=errs, capsize=3, label=row.model)
+        below, above = zip(*(error_bar(row.cells.get(d), ranges.get(d)) for d in dims), strict=True)
+        ax.bar(xs, means, width, yerr=[below, above], capsize=3, label=row.model)
     ax.set_xticks([j + width * (len(report.rows) - 1) / 2 for j in range(len(dims))])
     ax.set_xticklabels(dims, rotation=30, ha="right")
     ax.axhline(0, color="black", linewidth=0.6)

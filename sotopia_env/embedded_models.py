@@ -39,6 +39,10 @@ class ModelUnavailable(UserError, RuntimeError):
     """No source could provide an embedded model's weights. The message is one line."""
 
 
+class UnknownModel(ModelUnavailable):
+    """A model spec that names no embedded model, local path or provider's model. The message is one line."""
+
+
 @dataclass(frozen=True)
 class EmbeddedModel:
     """Where an embedded model's weights come from."""

@@ -17,7 +17,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sotopia_env.errors import UserError
+from sotopia_env.errors import UserError, did_you_mean
 from sotopia_env.profiles import GAME_TAG, MULTI_PARTY_TAG, VERIFIABLE_TAG, Character, RelationshipProfile, Scenario
 from sotopia_env.validation import field_problem
 
@@ -29,6 +29,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
 
 M = TypeVar("M", bound=BaseModel)
 OPT_IN_TAGS = (VERIFIABLE_TAG, MULTI_PARTY_TAG, GAME_TAG)
+LIST_HINT = "'sotopia-env scenarios list' lists the ids, tags and splits"
 
 
 class LibraryError(UserError, ValueError):
@@ -139,15 +140,24 @@ class Library:
                 if chosen or which in ("all", "train", "dev", "test"):
                     return chosen
                 if len(parts) > 1:
-                    raise LibraryError(f"no scenario matches every part of {which!r}")
+                    unknown = [p for p in parts if p not in self.selector_words()]
+                    hint = did_you_mean(unknown[0], self.selector_words(), LIST_HINT) if unknown else f"; {LIST_HINT}"
+                    why = f" ({unknown[0]!r} is no tag or split)" if unknown else ""
+                    raise LibraryError(f"no scenario matches every part of {which!r}{why}{hint}")
+                hint = did_you_mean(which, [*self.scenarios, *self.selector_words()], LIST_HINT)
+                raise LibraryError(f"unknown scenario id {which!r} (nor a tag, a split or 'all'){hint}")
             which = [w for w in which.split(",") if w.strip()]
         out = []
         for sid in which:
             sid = sid.strip()
             if sid not in self.scenarios:
-                raise LibraryError(f"unknown scenario id {sid!r}")
+                raise LibraryError(f"unknown scenario id {sid!r}{did_you_mean(sid, self.scenarios, LIST_HINT)}")
             out.append(self.scenarios[sid])
         return out
+
+    def selector_words(self) -> set[str]:
+        """The words a selector may use besides ids: ``all``, the splits and every tag in the library."""
+        return {"all", "train", "dev", "test"} | {tag for s in self.scenarios.values() for tag in s.tags}
 
 
 def _matches(scenario: Scenario, part: str) -> bool:

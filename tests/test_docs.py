@@ -206,18 +206,91 @@ def test_the_readme_is_a_front_page() -> None:
     assert site and not unlinked, f"README.md links to no docs/{unlinked}"
 
 
-def test_the_site_builds_strictly(tmp_path: Path) -> None:
-    """``mkdocs build --strict``: a broken link or anchor, a page left out of the nav, any warning fails it."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once with ``mkdocs build --strict`` (a few seconds)."""
+    out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO / "mkdocs.yml"),
-         "--site-dir", str(tmp_path / "site")],
+         "--site-dir", str(out)],
         capture_output=True, text=True, timeout=300, env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},  # material's banner
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0 and not re.search(r"^WARNING", output, re.M), output[-4000:]
-    built = {path.relative_to(tmp_path / "site").as_posix() for path in (tmp_path / "site").rglob("index.html")}
-    site = [path.stem for path in pages() if path.parent == DOCS]
-    expected = {"index.html"} | {f"{stem}/index.html" for stem in site if stem != "index"}
+    return out
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
+    """``mkdocs build --strict``: a broken link or anchor, a page left out of the nav, any warning fails it."""
+    built = {path.relative_to(site).as_posix() for path in site.rglob("index.html")}
+    pages_ = [path.stem for path in pages() if path.parent == DOCS]
+    expected = {"index.html"} | {f"{stem}/index.html" for stem in pages_ if stem != "index"}
     assert expected <= built, sorted(expected - built)
-    assert not (tmp_path / "site" / "_hooks").exists()
-    assert "\\|" not in (tmp_path / "site" / "cli" / "index.html").read_text()  # docs/_hooks/table_pipes.py ran
+    assert not (site / "_hooks").exists()
+    assert "\\|" not in (site / "cli" / "index.html").read_text()  # docs/_hooks/table_pipes.py ran
+
+
+def _commands(cmd, path=()):
+    if path:
+        yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_the_cli_reference_has_every_command_and_option(site: Path) -> None:
+    """The CLI page is generated from the Typer app (docs/_hooks/generated.py): every command, argument and option
+    of ``sotopia-env`` is on it."""
+    import html
+
+    from typer.main import get_command
+
+    from sotopia_env.cli.main import app
+
+    page = html.unescape((site / "cli" / "index.html").read_text())
+    missing = []
+    for path, cmd in _commands(get_command(app)):
+        if f"sotopia-env {' '.join(path)}" not in page:
+            missing.append(" ".join(path))
+        for param in getattr(cmd, "params", []):
+            names = (
+                [param.name.upper()] if param.param_type_name == "argument" else [*param.opts, *param.secondary_opts]
+            )
+            if param.name != "help" and not getattr(param, "hidden", False):
+                missing += [f"{' '.join(path)} {name}" for name in names if f"<code>{name}</code>" not in page]
+    assert not missing, f"docs/cli.md (generated) lacks: {missing}"
+
+
+def test_the_api_reference_has_every_exported_name(site: Path) -> None:
+    """Every name of ``sotopia_env.__all__`` is documented, from its docstring, on the API page."""
+    import sotopia_env
+
+    page = (site / "api" / "index.html").read_text()
+    names = [name for name in sotopia_env.__all__ if name != "__version__"]
+    missing = [name for name in names if f'id="{sotopia_env._LAZY[name]}.{name}"' not in page]
+    assert names and not missing, f"docs/api.md (generated) lacks: {missing}"
+
+
+def test_the_generated_reference_pages(site: Path) -> None:
+    """The dimensions page has each dimension with its range; the catalogue every built-in scenario; the config
+    page every key of a pipeline config."""
+    import dataclasses
+
+    from sotopia_env import load_library
+    from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS
+    from sotopia_env.training.config import PipelineConfig
+
+    dims = (site / "dimensions" / "index.html").read_text()
+    assert all(f"<code>{d.name}</code></td>\n<td>{d.low} .. {d.high}</td>" in dims for d in SOTOPIA_DIMENSIONS)
+    catalogue = (site / "catalogue" / "index.html").read_text()
+    lib = load_library()
+    assert [sid for sid in lib.scenarios if f"<code>{sid}</code>" not in catalogue] == []
+    config = (site / "config" / "index.html").read_text()
+    keys = [f.name for f in dataclasses.fields(PipelineConfig) if f.name != "source"]
+    assert [key for key in keys if f"<code>{key}</code>" not in config] == []
+
+
+def test_user_pages_name_no_issue_numbers() -> None:
+    """Issue numbers and internals belong in CONTRIBUTING.md, benchmarks/README.md or the CHANGELOG."""
+    found = [f"{path.name}:{n}" for path in pages() for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\bissue #\d+", line, re.I)]  # fmt: skip
+    assert not found, found

@@ -17,7 +17,8 @@ from typing import Any
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.endpoints import ApiBase, ModelServers
 from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
-from sotopia_env.embedded_models import ModelUnavailable
+from sotopia_env.embedded_models import EMBEDDED_MODELS, UnknownModel
+from sotopia_env.errors import did_you_mean
 
 
 def import_litellm() -> Any:
@@ -125,7 +126,8 @@ def _check_provider(litellm: Any, model: str) -> None:
         with contextlib.redirect_stdout(io.StringIO()):  # litellm prints a provider list on failure
             litellm.get_llm_provider(model=model)
     except Exception:
-        raise ModelUnavailable(
+        hint = did_you_mean(model, EMBEDDED_MODELS, "'sotopia-env models list' lists the embedded models")
+        raise UnknownModel(
             f"model {model!r}: not an embedded model, a local path or a provider's model litellm knows; "
-            "write PROVIDER/MODEL (e.g. openai/gpt-4o-mini), or give --api-base for your own server"
+            f"write PROVIDER/MODEL (e.g. openai/gpt-4o-mini), or give --api-base for your own server{hint}"
         ) from None

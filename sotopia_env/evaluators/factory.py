@@ -20,7 +20,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from sotopia_env.errors import UserError
+from sotopia_env.errors import UserError, did_you_mean
 from sotopia_env.evaluators.base import Evaluator
 from sotopia_env.evaluators.dimensions import Dimension, dimensions_from_config
 from sotopia_env.evaluators.llm import LLMEvaluator
@@ -94,9 +94,17 @@ def make_evaluator(
     if key in _factories:
         return _factories[key](chosen)
     from sotopia_env.backends.resolve import resolve_backend
-    from sotopia_env.embedded_models import EMBEDDED_MODELS
+    from sotopia_env.embedded_models import EMBEDDED_MODELS, UnknownModel
 
-    backend = resolve_backend(spec, api_base=api_base)
+    try:
+        backend = resolve_backend(spec, api_base=api_base)
+    except UnknownModel as exc:  # a judge's name misspelt reads as an unknown model: say what a judge may be
+        names = [NO_EVALUATOR, *_factories]
+        hint = did_you_mean(key, [*names, *EMBEDDED_MODELS], "'sotopia-env models list' lists the embedded models")
+        raise UnknownModel(
+            f"evaluator {spec!r}: not a judge's name ({', '.join(names)}), an embedded model or a model litellm "
+            f"knows; write PROVIDER/MODEL (e.g. openai/gpt-4o-mini), or give --api-base for your own server{hint}"
+        ) from exc
     if spec in EMBEDDED_MODELS:  # always played locally, api_base or not
         return LLMEvaluator(backend, dimensions=chosen, max_reasoning=EMBEDDED_REASONING)
     return LLMEvaluator(backend, dimensions=chosen)
