@@ -31,6 +31,19 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         raise fail(str(exc)) from None
 
 
+@contextlib.contextmanager
+def needs_extra(extra: str, *modules: str) -> Iterator[None]:
+    """Turn a missing optional dependency (one of ``modules``) into the one line that installs ``extra``."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in modules:
+            raise
+        install = f"pip install 'sotopia-env[{extra}]'"
+        raise fail(f"this command needs the '{extra}' extra ({top} is missing): {install}") from None
+
+
 def check_output_file(path: Path | None, option: str) -> None:
     """Fail now (one line, before any work) where ``path`` could not be written as a file later."""
     if path is None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
-from sotopia_env.cli.common import check_output_file, console, user_errors
+from sotopia_env.cli.common import check_output_file, console, needs_extra, user_errors
 from sotopia_env.cli.options import RayAddress, Store
 
 train_app = typer.Typer(
@@ -19,7 +21,14 @@ Force = typer.Option(False, "--force", help="Rerun the stage(s) even if state.js
 Quiet = typer.Option(False, "--quiet", help="No progress bars.")
 
 
-def _errors():
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """A user's error as one line; a missing 'train' extra (TRL, PEFT) as the line that installs it."""
+    with needs_extra("train", "trl", "peft"), _user_errors():
+        yield
+
+
+def _user_errors():
     from sotopia_env.episodes.ray_batch import RayError
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.errors import UserError

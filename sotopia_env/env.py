@@ -83,11 +83,11 @@ def seat_id(index: int) -> str:
 
 @dataclass
 class EnvConfig:
-    max_turns: int = DEFAULT_MAX_TURNS
-    action_order: ActionOrder = "round-robin"
-    stale_turns: int = 4
-    max_agent_errors: int = 1
-    reward_dimension: str = "goal"
+    max_turns: int = DEFAULT_MAX_TURNS  # the turn limit: reaching it truncates the episode (not a termination)
+    action_order: ActionOrder = "round-robin"  # who acts each turn: round-robin, simultaneous or random
+    stale_turns: int = 4  # this many turns in a row of only `none` end the episode as stale
+    max_agent_errors: int = 1  # an agent that fails to act this many times ends the episode (agent_error)
+    reward_dimension: str = "goal"  # the dimension of the judge's rating that the last step's reward is
 
     def __post_init__(self) -> None:
         if self.action_order not in ("round-robin", "simultaneous", "random"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -98,3 +99,14 @@ def test_report_error_bars_stay_on_the_scale() -> None:
     assert (6.75 - below, 6.75 + above) == (0.0, 10.0)
     assert error_bar(Cell(mean=1.0, low=math.nan, high=math.nan, n=1), ranges["goal"]) == (0.0, 0.0)
     assert dimension_ranges(["my_custom"]) == {}
+
+
+def test_training_without_the_train_extra_prints_its_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sotopia_env.cli.main import app
+
+    for name in ("trl", "peft"):
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now fails as a missing extra does
+    config = Path(__file__).resolve().parents[1] / "examples" / "grpo-socialiqa-cpu.yaml"
+    result = runner.invoke(app, ["train", "run", str(config)])
+    assert result.exit_code == 1, result.output
+    assert "pip install 'sotopia-env[train]'" in result.output, result.output
