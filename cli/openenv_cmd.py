@@ -39,6 +39,13 @@ def openenv(
         "can play (the scenarios, partners and judge stay this server's).",
     ),  # fmt: skip
     allowed_host: list[str] = AllowedHost,
+    allowed_origin: list[str] = typer.Option(
+        None,
+        "--allowed-origin",
+        metavar="ORIGIN",
+        help="An origin (scheme://host[:port]) whose pages may POST and open WebSockets besides the server's own "
+        "(repeatable).",
+    ),
     api_base: list[str] = ApiBase,
     scenarios_dir: list[Path] = ScenariosDir,
 ) -> None:
@@ -52,7 +59,7 @@ def openenv(
             f"this command needs the 'openenv' extra ({exc.name} is missing): pip install 'sotopia-env[openenv]'"
         ) from None
     from sotopia_env.library import LibraryError, load_library
-    from sotopia_env.server.security import is_loopback
+    from sotopia_env.server.security import DEFAULT_MAX_BODY, is_loopback, served_origins
     from sotopia_env.training.seat_rows import SessionMaker
 
     if not (is_loopback(host) or public):
@@ -60,10 +67,20 @@ def openenv(
     try:
         maker = SessionMaker(load_library([str(p) for p in scenarios_dir or []]), model_servers(api_base))
         hosts = served_hosts_or_fail(host, allowed_host, token=None)
-        app = create_openenv_app(scenarios, partner, judge, max_turns, max_sessions, maker=maker, allowed_hosts=hosts)
+        origins = served_origins(allowed_origin or [])
+        app = create_openenv_app(
+            scenarios,
+            partner,
+            judge,
+            max_turns,
+            max_sessions,
+            maker=maker,
+            allowed_hosts=hosts,
+            allowed_origins=origins,
+        )
     except (LibraryError, ValueError) as exc:
         raise fail(str(exc)) from None
     sock = bind_or_fail(host, port)
     shown = f"[{host}]" if ":" in host else host
     console.print(f"OpenEnv server for {scenarios!r} at http://{shown}:{port} (WebSocket /ws; Ctrl-C to stop)")
-    serve_on(sock, app)
+    serve_on(sock, app, ws_max_size=DEFAULT_MAX_BODY)  # a WebSocket message is capped as an HTTP body is

@@ -7,8 +7,6 @@ the token off, on loopback only.
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
 
 import typer
@@ -49,7 +47,12 @@ def serve(
     ),
     allowed_host: list[str] = AllowedHost,
     concurrency: int = typer.Option(
-        DEFAULT_CONCURRENCY, "--concurrency", min=1, max=MAX_CONCURRENCY, help="Simulations played at once."
+        DEFAULT_CONCURRENCY,
+        "--concurrency",
+        min=1,
+        max=MAX_CONCURRENCY,
+        help="Model calls in flight at once, across every simulation and benchmark together (also the most "
+        "concurrency a benchmark may ask for).",
     ),
     api_base: list[str] = ApiBase,
     allow_api_base: list[str] = typer.Option(
@@ -59,13 +62,37 @@ def serve(
         help="A model server a request's api_base may name besides the --api-base ones (repeatable): URLs under "
         "this prefix (same scheme, host and port). The server's API keys go to these servers.",
     ),
+    allow_provider: list[str] = typer.Option(
+        None,
+        "--allow-provider",
+        metavar="NAME",
+        help="A litellm provider (openai, anthropic, ...) whose own endpoint a model spec without an api_base may "
+        "call (repeatable). Default: none; a spec that would call a provider's default endpoint (ollama/x: "
+        "localhost:11434) is refused with a 403.",
+    ),
+    allowed_origin: list[str] = typer.Option(
+        None,
+        "--allowed-origin",
+        metavar="ORIGIN",
+        help="An origin (scheme://host[:port]) whose pages may POST and open WebSockets besides the server's own "
+        "(repeatable), e.g. the public origin of a reverse proxy.",
+    ),
+    forwarded_allow_ips: list[str] = typer.Option(
+        None,
+        "--forwarded-allow-ips",
+        metavar="ADDRESS",
+        help="A proxy (an IP address or network) whose X-Forwarded-For and X-Forwarded-Proto are trusted "
+        "(repeatable). Default: none, so a client cannot pose as another (--max-per-client) with a header.",
+    ),
     allow_code_agents: bool = typer.Option(
         False, "--allow-code-agents", help="Accept agent specs that load code (module:Class) over HTTP."
     ),
     turn_timeout: float = typer.Option(
         300.0, "--turn-timeout", min=1.0, help="Seconds a human seat has for a move; then its turn is 'none'."
     ),
-    max_per_client: int = typer.Option(64, "--max-per-client", min=1, help="Queued or running simulations per client."),
+    max_per_client: int = typer.Option(
+        64, "--max-per-client", min=1, help="Queued or running simulations and benchmarks per client (its address)."
+    ),
     max_turns: int = typer.Option(
         HTTP_MAX_TURNS,
         "--max-turns",
@@ -98,17 +125,14 @@ def serve(
         ) from None
     from sotopia_env.episodes.store import StoreError
     from sotopia_env.library import LibraryError
-    from sotopia_env.server.security import TOKEN_ENV, bind_allowed
+    from sotopia_env.server.security import DEFAULT_MAX_BODY, forwarding_proxies, served_origins, start_token
 
     servers, allowed_servers = model_servers(api_base), model_servers(allow_api_base, "--allow-api-base")
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if no_token and token:
-        raise fail(f"--no-token and a token (--token or ${TOKEN_ENV}) contradict each other; drop one")
-    made = token is None and not no_token
-    token = secrets.token_urlsafe(24) if made else token
-    refused = bind_allowed(host, token)
-    if refused:
-        raise fail(refused)
+    try:
+        token, made = start_token(host, token, no_token)
+        origins, proxies = served_origins(allowed_origin or []), forwarding_proxies(forwarded_allow_ips or [])
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     hosts = served_hosts_or_fail(host, allowed_host, token)
     try:
         app = create_server(
@@ -117,7 +141,9 @@ def serve(
             concurrency=concurrency,
             api_base=servers,
             allowed_api_bases=allowed_servers,
+            allowed_providers=allow_provider or (),
             allowed_hosts=hosts,
+            allowed_origins=origins,
             allow_code_agents=allow_code_agents,
             library_dir=library_dir,
             scenarios_dir=scenarios_dir,
@@ -126,7 +152,7 @@ def serve(
             max_turns=max_turns,
             max_episodes_per_scenario=max_episodes_per_scenario,
         )
-    except (StoreError, LibraryError) as exc:
+    except (StoreError, LibraryError, ValueError) as exc:
         raise fail(str(exc)) from None
     sock = bind_or_fail(host, port)
     local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # a wildcard's URL: one its Host check answers
@@ -140,4 +166,4 @@ def serve(
     from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 
     tune_gc_for_batch()  # a server is a long batch: the imports frozen, young collections less often
-    serve_on(sock, app, ws="websockets-sansio")
+    serve_on(sock, app, forwarded_allow_ips=proxies, ws="websockets-sansio", ws_max_size=DEFAULT_MAX_BODY)

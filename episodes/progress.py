@@ -54,8 +54,14 @@ async def track(coros: Sequence[Awaitable[T]], description: str, enabled: bool =
     """Await all ``coros`` concurrently; results in completion order."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     results: list[T] = []
-    with progress_bar(description, len(tasks), enabled) as update:
-        for fut in asyncio.as_completed(tasks):
-            results.append(await fut)
-            update(len(results))
+    try:
+        with progress_bar(description, len(tasks), enabled) as update:
+            for fut in asyncio.as_completed(tasks):
+                results.append(await fut)
+                update(len(results))
+    except asyncio.CancelledError:  # a cancelled batch (a benchmark stopped over HTTP) stops its episodes too
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return results

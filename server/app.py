@@ -4,8 +4,9 @@ It holds the viewer's pages and JSON (``/``, ``/episodes/{id}``, ``/report``, ``
 the library (``/api/scenarios``, ``/api/characters``, ``/api/models``), benchmarks (``/api/benchmarks``),
 simulations (``/api/simulations``, a WebSocket stream each, human seats), the live and play pages, and
 ``/api/health``. Every route and the WebSocket pass ``security.Gate`` (Host and Origin, token, body size, CSP).
-A request may name only the model servers the operator listed (``allowed_servers``). At start it resumes the
-simulations and benchmarks the store still has queued.
+A request may reach only the model servers the operator listed (``allowed_servers``), and the model calls of all
+simulations and benchmarks together share one cap (``model_calls``, ``concurrency``). At start it resumes the
+simulations and benchmarks the store still has queued, under the permissions they were accepted under.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def create_server(
     concurrency: int = 8,
     api_base: ApiBase = None,
     allowed_api_bases: ApiBase | Sequence[str] = None,
+    allowed_providers: Sequence[str] = (),
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    allowed_origins: Sequence[str] = (),
     allow_code_agents: bool = False,
     library_dir: Path | None = None,
     scenarios_dir: list[Path] | None = None,
@@ -61,8 +64,12 @@ def create_server(
     """The server's ASGI app (FastAPI behind the gate); ``.app`` is the FastAPI app itself.
 
     ``api_base``: the default model servers; a request may name those and any under ``allowed_api_bases``
-    (URL prefixes), nothing else. ``allowed_hosts``: the ``Host`` names answered (``security.served_hosts``).
-    ``concurrency``, ``max_turns``, ``max_episodes_per_scenario``: also the most a request may ask (``HttpCaps``)."""
+    (URL prefixes), nothing else; ``allowed_providers``: the litellm providers whose own endpoints a spec without
+    an ``api_base`` may reach (none by default). ``allowed_hosts``: the ``Host`` names answered
+    (``security.served_hosts``); ``allowed_origins``: origins accepted besides the server's own
+    (``security.served_origins``). ``concurrency``: the model calls in flight at once, across simulations and
+    benchmarks; it, ``max_turns`` and ``max_episodes_per_scenario`` are also the most a request may ask
+    (``HttpCaps``). ``max_per_client``: simulations and benchmarks queued or running per client."""
     st = store if store is not None and not isinstance(store, str) else open_store(store)
     folder = library_dir or default_library_dir()
     extra = [*(scenarios_dir or []), *([folder] if folder.exists() else [])]
@@ -70,7 +77,7 @@ def create_server(
         st,
         load_library(extra),
         concurrency=concurrency,
-        servers=AllowedModelServers.of(api_base, allowed_api_bases),
+        servers=AllowedModelServers.of(api_base, allowed_api_bases, allowed_providers),
         allow_code_agents=allow_code_agents,
         turn_timeout_s=turn_timeout_s,
         max_per_client=max_per_client,
@@ -116,4 +123,4 @@ def create_server(
             counts[sim.status] = counts.get(sim.status, 0) + 1
         return {"status": "ok", "version": __version__, "store": st.url, "simulations": counts}
 
-    return Gate(app, token=token, max_body_bytes=max_body_bytes, hosts=allowed_hosts)
+    return Gate(app, token=token, max_body_bytes=max_body_bytes, hosts=allowed_hosts, origins=allowed_origins)

@@ -2,8 +2,12 @@
 
 A posted scenario or character is validated exactly as the YAML library is: it is written as a one-entry YAML
 file into the server's library folder and read back through ``library.parse_file``, so the rules and the
-one-line messages (``field 'goals': ...``) are the same; a duplicate id is refused as a second file would be.
-Only a file that passed is kept, and the entry joins the library the server runs from.
+one-line messages (``field 'goals': ...``, a 422) are the same; a duplicate id is a 409. Only a file that passed
+is kept, and the entry joins the library the server runs from. The OpenAPI document declares each body as the
+library's own model (``schema_rules``), and a body is held to it as JSON: no string for a number, no ``true`` for
+a relationship (YAML would take them). A scenario's per-seat ``constraints``, per-pair ``relationships``, ``game``
+and ``verifiable`` facts obey rules no schema can say, so they come as YAML files (``--library-dir``,
+``--scenarios-dir``), not over HTTP.
 """
 
 from __future__ import annotations
@@ -16,12 +20,20 @@ from typing import Any
 
 import yaml
 from fastapi import APIRouter, Body, HTTPException, Query, Request
+from pydantic import ValidationError
 
+from sotopia_env import profiles
 from sotopia_env.library import Library, LibraryError, parse_file
-from sotopia_env.server.openapi import NOT_FOUND
+from sotopia_env.server.openapi import NOT_FOUND, error
+from sotopia_env.server.requests import whole_numbers
+from sotopia_env.server.schema_rules import HTTP_NULL_FIELDS
+from sotopia_env.validation import field_problem
 
 router = APIRouter(prefix="/api", tags=["library"])
 SECTIONS = {"scenarios": "scenarios", "characters": "characters"}
+MODELS = {"scenarios": profiles.Scenario, "characters": profiles.Character}
+ENTRY_ID = r"[a-z0-9][a-z0-9_-]{0,99}"  # the library's id rule (``profiles``), at most 100 characters: a file name
+ADDED = {409: error("An entry with this id is in the library already.")}
 
 
 def library_of(request: Request) -> Library:
@@ -33,12 +45,15 @@ def models(request: Request) -> dict[str, Any]:
     from sotopia_env.embedded_models import list_models
 
     embedded = [{"alias": m.alias, "hub_id": m.hub_id, "cached": m.cached} for m in list_models()]
+    servers = request.app.state.simulations.servers
     return {
         "embedded": embedded,
         "rule_agents": ["rule-partner", "rule-player"],
         "human": "human",
-        "api_base": request.app.state.simulations.servers.default,
-        "hint": "any litellm model spec (e.g. gpt-4o-mini) works where the server has the key in its environment",
+        "api_base": servers.default,
+        "allowed_providers": sorted(servers.providers),
+        "hint": "a model spec reaches only the model servers the operator listed: the api_base ones (serve "
+        "--api-base, --allow-api-base), or a provider's own endpoint that serve --allow-provider names",
     }
 
 
@@ -72,32 +87,44 @@ def characters(request: Request) -> list[dict[str, Any]]:
     return [c.model_dump(mode="json") for c in sorted(library_of(request).characters.values(), key=lambda c: c.id)]
 
 
-@router.post("/scenarios", status_code=201, summary="Add a scenario (validated as the YAML library is)")
+@router.post(
+    "/scenarios", status_code=201, summary="Add a scenario (validated as the YAML library is)", responses=ADDED
+)
 def add_scenario(request: Request, entry: dict[str, Any] = Body(...)) -> dict[str, Any]:
     return _add(request, "scenarios", entry)
 
 
-@router.post("/characters", status_code=201, summary="Add a character (validated as the YAML library is)")
+@router.post(
+    "/characters", status_code=201, summary="Add a character (validated as the YAML library is)", responses=ADDED
+)
 def add_character(request: Request, entry: dict[str, Any] = Body(...)) -> dict[str, Any]:
     return _add(request, "characters", entry)
 
 
 def _add(request: Request, section: str, entry: dict[str, Any]) -> dict[str, Any]:
+    entry = whole_numbers(entry)
     folder: Path = request.app.state.library_dir
     library = library_of(request)
     entry_id = entry.get("id")
-    if not isinstance(entry_id, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", entry_id):
-        raise HTTPException(422, "field 'id': a name of letters, digits, '.', '_' or '-' is required")
+    if not isinstance(entry_id, str) or not re.fullmatch(ENTRY_ID, entry_id):
+        raise HTTPException(422, "field 'id': 1 to 100 lower-case letters, digits, '_' or '-' are required")
+    _check_json(section, entry)
     table: dict[str, Any] = getattr(library, SECTIONS[section])
     if entry_id in table:
-        raise HTTPException(422, f"field 'id': duplicate id {entry_id!r}")
+        raise HTTPException(409, f"field 'id': duplicate id {entry_id!r}")
     target = folder / section / f"{entry_id}.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{entry_id}.", suffix=".yaml", dir=target.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        yaml.safe_dump({section: [entry]}, f, sort_keys=False, allow_unicode=True)
     try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.safe_dump({section: [entry]}, f, sort_keys=False, allow_unicode=True)
         parsed = parse_file(Path(temp))[section][0]
+    except RecursionError:  # nested deeper than YAML's writer goes: no library entry is
+        Path(temp).unlink(missing_ok=True)
+        raise HTTPException(422, "the entry is nested too deeply") from None
+    except UnicodeEncodeError:  # a lone surrogate (\\ud800): JSON may carry one, UTF-8 may not
+        Path(temp).unlink(missing_ok=True)
+        raise HTTPException(422, "the entry holds text that is not valid Unicode (a lone surrogate)") from None
     except LibraryError as exc:
         Path(temp).unlink(missing_ok=True)
         message = str(exc)  # "<file>: scenarios entry 0 (id 'x'), field 'goals': ...": the file is a temporary one
@@ -105,3 +132,23 @@ def _add(request: Request, section: str, entry: dict[str, Any]) -> dict[str, Any
     os.replace(temp, target)
     table[entry_id] = parsed
     return {"id": entry_id, "file": str(target)}
+
+
+def _check_json(section: str, entry: dict[str, Any]) -> None:
+    """A 422 for what the body's schema refuses and YAML would take: JSON of the wrong type (``strict``), a
+    relationship given as ``true``/``false``, a scenario part that comes as a YAML file only."""
+    if section == "scenarios":
+        for field in HTTP_NULL_FIELDS:
+            if entry.get(field) is not None:
+                raise HTTPException(
+                    422,
+                    f"field '{field}': over HTTP it is null; add such a scenario as a YAML file (serve --library-dir)",
+                )
+        if isinstance(entry.get("relationship"), bool):
+            raise HTTPException(422, "field 'relationship': a number or a name, not true/false")
+    try:
+        MODELS[section].model_validate(entry, strict=True)
+    except ValidationError as exc:
+        raise HTTPException(422, field_problem(exc, count_more=True)) from None
+    except RecursionError:
+        raise HTTPException(422, "the entry is nested too deeply") from None

@@ -5,7 +5,9 @@ but not what the gate in front of it answers, and it declares its own ``HTTPVali
 server answers every error as one ``ErrorBody``, ``{"detail": "<one line naming what and where>"}``. ``describe``
 fills that in for every operation: the 422 and every other error as ``ErrorBody``; 400 (a ``Host`` the server
 does not serve, or a body that is not JSON), 401 where a token is set, 403 on unsafe methods (a foreign
-``Origin``), 411 and 413 on bodies (``security.Gate``), and 503 (the store is down).
+``Origin``), 411 and 413 on bodies (``security.Gate``), and 503 (the store is down). It also makes the bodies'
+schemas carry the rules the handlers enforce (``schema_rules``): a request the document allows is one the server
+takes, or refuses for what no schema can say (403 not allowed, 404 not found, 409 a conflict, 429 too many).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import BaseModel, Field
 from starlette.routing import compile_path
 
 from sotopia_env.server.caps import HttpCaps
+from sotopia_env.server.schema_rules import with_rules
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 UNSAFE = ("post", "put", "patch", "delete")
@@ -36,6 +39,19 @@ def error(description: str) -> dict[str, Any]:
 
 
 NOT_FOUND = {404: error("No such resource.")}
+REFUSED = {  # what a job's POST answers besides 202 and 422 (``requests.RequestRefused``)
+    403: error(
+        "Not allowed: code agents without serve --allow-code-agents, a model server (api_base, or a provider's "
+        "default endpoint) the operator did not list, or an Origin that is not this server's."
+    ),
+    404: error("A scenario the library lacks."),
+    409: error("The request does not fit what it names: a spec count or a rule agent the scenario has no seat for."),
+    424: error(
+        "A model service the request needs cannot work: a key refused or missing, a server that does not answer, "
+        "or a model it does not serve (the preflight's one line names the model, the endpoint and the fix)."
+    ),
+    429: error("Too many simulations and benchmarks of this client are queued or running."),
+}
 
 
 def allowed_methods(app: FastAPI, path: str) -> str | None:
@@ -93,4 +109,4 @@ def _described(schema: dict[str, Any], token: bool, caps: HttpCaps | None) -> di
             declared = component.get("properties", {}).get(field, {})
             if "maximum" in declared:
                 declared["maximum"] = min(declared["maximum"], cap)
-    return schema
+    return with_rules(schema)

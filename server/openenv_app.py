@@ -19,6 +19,10 @@
   act on, so any agent of ours can play a client's seat).
 - **Action** (``SeatAction``): ``action_type``, ``argument`` and optional ``to``, or ``text``, a model's raw reply
   (parsed as an ``LLMAgent`` parses it). A malformed one comes back as ``error`` in the observation.
+- **Refusals.** A ``/reset`` naming a scenario or seat the server does not serve is a 422, a ``/step`` without an
+  episode (HTTP is stateless) a 409, each ``{"detail": "<one line>"}``. In front of it all, the main server's
+  checks: ``Host`` and ``Origin`` (``security.HostCheck``) and the body's size (``security.BodyLimit``: 413 over
+  ``max_body_bytes``, 411 without a ``Content-Length``).
 """
 
 from __future__ import annotations
@@ -32,14 +36,20 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.observation import Observation as SeatView
-from sotopia_env.server.security import LOOPBACK_HOSTS, HostCheck
+from sotopia_env.server.security import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, BodyLimit, HostCheck
 from sotopia_env.training.seat_rows import SeatRow, SeatRowError, SessionMaker, seat_rows
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
 
 ENV_NAME = "sotopia_env"
+
+
+class NoEpisode(RuntimeError):
+    """A step in a session that has no episode (HTTP's ``/step`` is stateless: a fresh environment each time)."""
 
 
 class SeatAction(Action):
@@ -120,12 +130,16 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
 
     def _row(self, scenario: str | None, seat: int | None, seed: int | None) -> SeatRow:
         seed = 0 if seed is None else seed
+        if scenario is not None and not isinstance(scenario, str):
+            raise SeatRowError(f"scenario: {str(scenario)[:100]!r} is not a scenario id")
+        if seat is not None and (not isinstance(seat, int) or isinstance(seat, bool)):
+            raise SeatRowError(f"seat: {str(seat)[:100]!r} is not a seat number")
         if scenario is None:
             scenarios = sorted({r.scenario for r in self.rows})
             scenario = scenarios[seed % len(scenarios)]
         mine = [r for r in self.rows if r.scenario == scenario]
         if not mine:
-            raise SeatRowError(f"scenario {scenario!r} is not served here")
+            raise SeatRowError(f"scenario {scenario[:200]!r} is not served here")
         seats = sorted({r.seat for r in mine})
         seat = seats[0] if seat is None else seat
         if seat not in seats:
@@ -149,7 +163,10 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
 
     async def step_async(self, action: SeatAction, timeout_s: float | None = None, **kwargs: Any) -> SeatObservation:
         if self.session is None:
-            raise RuntimeError("step before reset: reset starts an episode")
+            raise NoEpisode(
+                "step before reset: reset starts an episode (over HTTP, /reset and /step are stateless; "
+                "play an episode over the WebSocket /ws)"
+            )
         turn = await self.session.step(action.move())
         if turn.error is None:
             self._state.step_count += 1
@@ -202,6 +219,8 @@ def create_openenv_app(
     api_base: ApiBase = None,
     maker: SessionMaker | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    allowed_origins: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY,
 ):
     """The OpenEnv FastAPI app serving ``scenarios`` (a selector) against ``partner`` with ``judge`` (the
     ``seat_rows`` defaults: rule partners or rule players and the exact judge where the family has them).
@@ -209,7 +228,7 @@ def create_openenv_app(
     In front of it, ``security.HostCheck``, as in front of ``serve``: only the ``Host`` names ``allowed_hosts``
     lists are answered (400 otherwise, WebSockets included), and a WebSocket or unsafe method from a foreign
     ``Origin`` is a 403, so a page the user visits cannot drive episodes (partners and a judge that may run on
-    the operator's keys) through DNS rebinding."""
+    the operator's keys) through DNS rebinding. A body over ``max_body_bytes`` is a 413, as in ``serve``."""
     maker = maker or SessionMaker(api_base=api_base)
     rows = seat_rows(scenarios, seeds=1, partner=partner, judge=judge, max_turns=max_turns, library=maker.library)
     app = create_app(
@@ -219,5 +238,15 @@ def create_openenv_app(
         env_name=ENV_NAME,
         max_concurrent_envs=max_sessions,
     )
-    app.add_middleware(HostCheck, hosts=list(allowed_hosts))
+    app.add_exception_handler(SeatRowError, _refused(422))
+    app.add_exception_handler(NoEpisode, _refused(409))
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+    app.add_middleware(HostCheck, hosts=list(allowed_hosts), origins=list(allowed_origins))  # added last: runs first
     return app
+
+
+def _refused(status: int):
+    async def answer(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return answer

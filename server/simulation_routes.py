@@ -16,8 +16,10 @@ from pydantic import ValidationError
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.server.openapi import NOT_FOUND, error
+from sotopia_env.server.clients import admitted
+from sotopia_env.server.openapi import NOT_FOUND, REFUSED, error
 from sotopia_env.server.requests import RequestRefused, SimulationRequest
+from sotopia_env.server.service_check import check_model_services
 from sotopia_env.server.simulations import Event, Simulation, Simulations, episode_id_of, events_of
 from sotopia_env.validation import field_problem
 
@@ -26,10 +28,6 @@ router = APIRouter(prefix="/api", tags=["simulations"])
 
 def simulations_of(request: Request | WebSocket) -> Simulations:
     return request.app.state.simulations
-
-
-def client_of(request: Request | WebSocket) -> str:
-    return request.client.host if request.client is not None else ""
 
 
 def _stored_summary(sim_id: str, log: EpisodeLog) -> dict[str, Any]:
@@ -59,17 +57,17 @@ async def _found(request: Request | WebSocket, sim_id: str) -> Simulation | Epis
     "/simulations",
     status_code=202,
     summary="Start a simulation; 202 with its id (a durable promise)",
-    responses={429: error("Too many simulations of this client are queued or running.")},
+    responses=REFUSED,
 )
 async def start(request: Request, body: SimulationRequest) -> JSONResponse:
     sims = simulations_of(request)
-    client = client_of(request)
-    if sims.active_of(client) >= sims.max_per_client:
-        raise HTTPException(429, f"{sims.max_per_client} simulations of yours are queued or running; wait for some")
+    client = admitted(request)
     try:
-        sim = await sims.submit(body, client)
+        body, chosen = await sims.planned(body)
+        await check_model_services(chosen.specs, chosen.evaluator, body.dimensions, chosen.api_base)
     except RequestRefused as exc:
-        raise HTTPException(422, str(exc)) from None
+        raise HTTPException(exc.status, str(exc)) from None
+    sim = await sims.submit(body, chosen, client)
     links = {
         "self": f"/api/simulations/{sim.id}",
         "stream": f"/api/simulations/{sim.id}/stream",
@@ -179,7 +177,7 @@ async def seat_move(request: Request, sim_id: str, name: str) -> dict[str, Any]:
         action = AgentAction.model_validate(await request.json())
     except ValidationError as exc:
         raise HTTPException(422, field_problem(exc)) from None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         raise HTTPException(422, "the body must be JSON: {action_type, argument, to?}") from None
     if action.error is not None:
         raise HTTPException(422, "field 'error': not something a move may set")

@@ -1,11 +1,16 @@
 """The server's simulations: a durable queue in the store, one task per simulation, and the events it streams.
 
 A ``202`` is a promise, so an accepted request is written to the store's queue (``queue_put``) before it is
-answered, and dropped only once its episode is stored (or it is cancelled). At start the server takes up every
-request still queued: one whose episode is already stored (the server died between storing and dropping) is only
-dropped; the others run. Each runs under a claim in the store (``episodes.claims``, key = the simulation id), and
-its episode is stored under the id ``sim-<id>``: after a ``kill -9`` and a restart, or with two servers on one
-store, each accepted simulation is stored exactly once.
+answered, with the permissions it was accepted under (``--allow-code-agents``), and dropped only once its episode
+is stored (or it is cancelled). At start the server takes up every request still queued: one whose episode is
+already stored (the server died between storing and dropping) is only dropped; the others are planned again under
+the permissions they were accepted under *and* this server's (code agents only where both allow them; the model
+servers this operator lists), and run, or fail with the reason. Each runs under a claim in the store
+(``episodes.claims``, key = the simulation id), and its episode is stored under the id ``sim-<id>``: after a
+``kill -9`` and a restart, or with two servers on one store, each accepted simulation is stored exactly once.
+
+Model calls share the server's one cap with benchmarks (``model_calls.ModelCalls``, ``serve --concurrency``);
+simulations themselves are bounded by ``--max-per-client``.
 
 Every simulation plays through ``runner.run_episode``, the one play -> rate -> store path. Its events (each
 turn, then the rating, then the end) are kept in memory for viewers that join late, and fanned out to the
@@ -39,7 +44,8 @@ from sotopia_env.library import Library
 from sotopia_env.server.allowed_servers import AllowedModelServers
 from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
 from sotopia_env.server.caps import CapExceeded, HttpCaps
-from sotopia_env.server.requests import HUMAN, Plan, RequestRefused, SimulationRequest, plan
+from sotopia_env.server.model_calls import ModelCalls
+from sotopia_env.server.requests import CODE_REFUSED, HUMAN, Plan, RequestRefused, SimulationRequest, plan
 from sotopia_env.transcript import Turn
 
 QUEUE = "simulations"
@@ -76,7 +82,7 @@ def events_of(log: EpisodeLog) -> list[Event]:
 class Simulation:
     id: str
     request: SimulationRequest
-    plan: Plan
+    plan: Plan | None  # None: refused when taken up again after a restart (``error`` says why); never started
     client: str = ""
     status: Status = "queued"
     created: float = field(default_factory=time.time)
@@ -101,23 +107,27 @@ class Simulation:
             queue.put_nowait(event)
 
     def summary(self) -> dict[str, Any]:
+        chosen = self.plan
         return {
             "id": self.id,
             "status": self.status,
-            "scenario": self.plan.setup.scenario.id,
-            "agents": dict(zip(self.plan.setup.agent_names, self.plan.specs, strict=True)),
-            "evaluator": self.plan.evaluator,
+            "scenario": chosen.setup.scenario.id if chosen else self.request.scenario,
+            "agents": dict(zip(chosen.setup.agent_names, chosen.specs, strict=True)) if chosen else {},
+            "evaluator": chosen.evaluator if chosen else self.request.evaluator,
             "tag": self.request.tag,
             "turns": sum(e["type"] == "turn" for e in self.events),
-            "episode_id": self.episode_id,
+            "episode_id": self.episode_id if chosen else None,
             "episode_status": self.episode_status,
-            "human_seats": {name: f"/simulations/{self.id}/play/{quote(name)}" for name in self.plan.human_seats},
+            "human_seats": {
+                n: f"/simulations/{self.id}/play/{quote(n)}" for n in (chosen.human_seats if chosen else [])
+            },
             "error": self.error,
         }
 
 
 class Simulations:
-    """Accepts, queues, runs, streams and cancels simulations; ``concurrency`` of them play at once."""
+    """Accepts, queues, runs, streams and cancels simulations; their model calls and the benchmarks' take slots of
+    one ``ModelCalls`` of ``concurrency``."""
 
     def __init__(
         self,
@@ -134,7 +144,7 @@ class Simulations:
         self.store, self.library = store, library
         self.servers, self.allow_code_agents = servers, allow_code_agents
         self.turn_timeout_s, self.max_per_client = turn_timeout_s, max_per_client
-        self.slot = asyncio.Semaphore(max(1, concurrency))
+        self.calls = ModelCalls(concurrency)
         self.caps = caps or HttpCaps(concurrency)
         self.live: dict[str, Simulation] = {}
         self.dropped: dict[str, str] = {}  # cancelled ones, or queued ones not run again: why (a 404 says it)
@@ -146,16 +156,23 @@ class Simulations:
     def active_of(self, client: str) -> int:
         return Counter(s.client for s in self.live.values() if not s.ended)[client]
 
-    async def submit(self, request: SimulationRequest, client: str = "") -> Simulation:
-        """Check, record durably, then start; ``RequestRefused`` (one line) for a request it will not run."""
+    async def planned(self, request: SimulationRequest) -> tuple[SimulationRequest, Plan]:
+        """``request`` within the caps, and its plan; ``RequestRefused`` (one line, its status) for one the server
+        will not run. Nothing is recorded yet."""
         try:
             request = self.caps.applied(request)
         except CapExceeded as exc:
             raise RequestRefused(str(exc)) from None
-        chosen = plan(request, self.library, self.allow_code_agents, self.servers)
+        # in a thread: a spec's provider may take litellm's first import (seconds of a stalled loop)
+        chosen = await asyncio.to_thread(plan, request, self.library, self.allow_code_agents, self.servers)
+        return request, chosen
+
+    async def submit(self, request: SimulationRequest, chosen: Plan, client: str = "") -> Simulation:
+        """Record a planned request durably (with the permissions it is accepted under), then start it."""
         sim = Simulation(uuid.uuid4().hex[:16], request, chosen, client)
-        body = json.dumps({"request": request.model_dump(mode="json"), "client": client, "created": sim.created})
-        await asyncio.to_thread(self.store.queue_put, QUEUE, sim.id, body)
+        record = {"request": request.model_dump(mode="json"), "client": client, "created": sim.created}
+        record["allow_code_agents"] = self.allow_code_agents
+        await asyncio.to_thread(self.store.queue_put, QUEUE, sim.id, json.dumps(record))
         self._start(sim)
         return sim
 
@@ -169,21 +186,32 @@ class Simulations:
         for sim_id, body in queued.items():
             if sim_id in self.live:
                 continue
-            data = json.loads(body)
-            request = SimulationRequest.model_validate(data["request"])
             try:
-                # it was accepted once; its model server is checked again (the operator's list may have changed)
-                chosen = plan(request, self.library, allow_code_agents=True, servers=self.servers)
-            except ValueError as exc:  # its scenario left the library meanwhile, say
+                data = json.loads(body)
+                request = SimulationRequest.model_validate(data["request"])
+            except (ValueError, KeyError, TypeError) as exc:  # a record this version cannot read
                 await asyncio.to_thread(self.store.queue_drop, QUEUE, sim_id)
-                self.dropped[sim_id] = f"cannot run after a restart: {exc}"
+                self.dropped[sim_id] = f"cannot run after a restart: its queued record is unreadable ({exc})"[:500]
                 continue
-            sim = Simulation(sim_id, request, chosen, data.get("client", ""), created=data.get("created", time.time()))
+            sim = Simulation(sim_id, request, None, data.get("client", ""), created=data.get("created", time.time()))
+            try:  # planned again: the permissions it was accepted under and this server's, the operator's servers
+                sim.plan = await asyncio.to_thread(self._replanned, request, data.get("allow_code_agents") is True)
+            except RequestRefused as exc:  # code it may no longer load, a scenario that left the library, ...
+                await asyncio.to_thread(self.store.queue_drop, QUEUE, sim_id)
+                sim.status, sim.error = "failed", f"not run after a restart: {exc}"
+                self.live[sim_id] = sim
+                continue
             self._start(sim)
             started.append(sim_id)
         return started
 
+    def _replanned(self, request: SimulationRequest, accepted_with_code: bool) -> Plan:
+        allowed = self.allow_code_agents and accepted_with_code
+        why = "it was accepted without --allow-code-agents" if self.allow_code_agents else CODE_REFUSED
+        return plan(request, self.library, allowed, self.servers, code_refused=why)
+
     def _start(self, sim: Simulation) -> None:
+        assert sim.plan is not None
         sim.seats = {name: BrowserSeat(self.turn_timeout_s) for name in sim.plan.human_seats}
         self._forget_old()
         self.live[sim.id] = sim
@@ -198,15 +226,20 @@ class Simulations:
     # -- running ----------------------------------------------------------------------------------
 
     def _agents(self, sim: Simulation) -> list[Agent]:
+        assert sim.plan is not None
         settings = GenerationSettings(seed=sim.request.seed, **CHAT_SETTINGS)
         return [
-            sim.seats[name] if spec == HUMAN else load_agent(spec, settings=settings, api_base=sim.plan.api_base)
+            sim.seats[name]
+            if spec == HUMAN
+            else self.calls.agent(spec, load_agent(spec, settings=settings, api_base=sim.plan.api_base))
             for name, spec in zip(sim.plan.setup.agent_names, sim.plan.specs, strict=True)
         ]
 
     def _players(self, sim: Simulation) -> tuple[Any, Any]:
-        """The judge and the agents of ``sim``."""
-        return make_evaluator(sim.plan.evaluator, sim.request.dimensions, sim.plan.api_base), self._agents(sim)
+        """The judge and the agents of ``sim``, their model calls under the server's cap."""
+        assert sim.plan is not None
+        judge = make_evaluator(sim.plan.evaluator, sim.request.dimensions, sim.plan.api_base)
+        return self.calls.judge(sim.plan.evaluator, judge), self._agents(sim)
 
     async def _stored(self, sim: Simulation) -> EpisodeLog | None:
         try:
@@ -216,34 +249,34 @@ class Simulations:
 
     async def _run(self, sim: Simulation) -> None:
         claim = self.claims.of(sim.id, None) if self.claims is not None else None
-        async with self.slot:
-            while claim is not None and not await claim.take():  # another server plays it: wait for it
-                if await self._stored(sim) is not None:
-                    break
-                await asyncio.sleep(self.claims.poll_seconds if self.claims else 1.0)
-            try:
-                log = await self._stored(sim)  # stored before a crash, or by another server: not played again
-                if log is None:
-                    sim.status = "running"
-                    log = await self._play(sim)
-                    events = closing_events(log)
-                else:
-                    events = events_of(log)  # its viewers get the whole stream all the same
-                for event in events[:-1]:
-                    sim.publish(event)
-                sim.status, sim.episode_status, sim.error = "done", log.status, log.error
-                sim.publish(events[-1])
-                await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
-            except Exception as exc:  # the store refused the episode (it was spilled to a file), say
-                sim.status, sim.error = "failed", f"{type(exc).__name__}: {exc}"
-                sim.publish(
-                    {"type": "end", "status": "failed", "episode_id": None, "episode_status": None, "error": sim.error}
-                )
-            finally:
-                if claim is not None:
-                    await claim.release()
+        while claim is not None and not await claim.take():  # another server plays it: wait for it
+            if await self._stored(sim) is not None:
+                break
+            await asyncio.sleep(self.claims.poll_seconds if self.claims else 1.0)
+        try:
+            log = await self._stored(sim)  # stored before a crash, or by another server: not played again
+            if log is None:
+                sim.status = "running"
+                log = await self._play(sim)
+                events = closing_events(log)
+            else:
+                events = events_of(log)  # its viewers get the whole stream all the same
+            for event in events[:-1]:
+                sim.publish(event)
+            sim.status, sim.episode_status, sim.error = "done", log.status, log.error
+            sim.publish(events[-1])
+            await asyncio.to_thread(self.store.queue_drop, QUEUE, sim.id)
+        except Exception as exc:  # the store refused the episode (it was spilled to a file), say
+            sim.status, sim.error = "failed", f"{type(exc).__name__}: {exc}"
+            sim.publish(
+                {"type": "end", "status": "failed", "episode_id": None, "episode_status": None, "error": sim.error}
+            )
+        finally:
+            if claim is not None:
+                await claim.release()
 
     async def _play(self, sim: Simulation) -> EpisodeLog:
+        assert sim.plan is not None
         request = sim.request
         job = Job(sim.plan.setup, sim.plan.specs, seed=request.seed, episode_id=sim.episode_id)
         writer = StoreWriter(self.store, request.tag)

@@ -1,5 +1,6 @@
 """Helpers for the server's tests: the server on a free loopback port (in a thread, or as a ``sotopia-env serve``
-process), a scripted model server for its agents, and waiting for a simulation to end."""
+process), a scripted model server for its agents, a server that records every request sent to it, and waiting for
+a simulation to end."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +31,58 @@ def scripted_models(delay_s: float = 0.0) -> Iterator[LoopbackOpenAI]:
         yield srv
 
 
+class Recorder(ThreadingHTTPServer):
+    """Every request it got: ``(method, path, headers)``, headers' names in lower case. It answers each with a 404."""
+
+    daemon_threads = True
+    seen: list[tuple[str, str, dict[str, str]]]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Recording(BaseHTTPRequestHandler):
+    server: Recorder
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _answer
+
+
+@contextmanager
+def recording_server() -> Iterator[Recorder]:
+    """A server on a free loopback port that records every request (where a key would go if it were called)."""
+    srv = Recorder(("127.0.0.1", 0), _Recording)
+    srv.seen = []
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 @contextmanager
 def server_thread(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
+    """``app`` served by uvicorn on a free loopback port in a thread, as ``serve`` serves it (no forwarded headers
+    trusted); yields its base URL."""
     import uvicorn
 
     port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws="websockets-sansio", proxy_headers=False
+    )
+    srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -119,7 +166,9 @@ def wait_until_ended(client: httpx.Client, sim_id: str, timeout_s: float = 60.0)
     raise AssertionError(f"simulation {sim_id} did not end within {timeout_s} s: {status}")
 
 
-def websocket_status(base: str, path: str, host: str | None = None, origin: str | None = None) -> tuple[int, bytes]:
+def websocket_status(
+    base: str, path: str, host: str | None = None, origin: str | None = None, cookie: str | None = None
+) -> tuple[int, bytes]:
     """The status line and body a raw WebSocket upgrade gets (a client library cannot send a foreign Host)."""
     port = int(base.rsplit(":", 1)[1])
     lines = [
@@ -130,6 +179,7 @@ def websocket_status(base: str, path: str, host: str | None = None, origin: str 
         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
         "Sec-WebSocket-Version: 13",
         *([f"Origin: {origin}"] if origin else []),
+        *([f"Cookie: {cookie}"] if cookie else []),
     ]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())

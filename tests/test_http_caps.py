@@ -43,7 +43,7 @@ def test_requests_over_the_servers_caps_get_a_422_naming_field_and_cap(tmp_path)
         assert defaults.status_code == 202, defaults.text
         assert app.app.state.benchmarks[defaults.json()["id"]].request.concurrency == 2
         schemas = client.get("/api/openapi.json").json()["components"]["schemas"]
-    assert schemas["BenchmarkSpec"]["properties"]["concurrency"]["maximum"] == 2
-    assert schemas["BenchmarkSpec"]["properties"]["episodes_per_scenario"]["maximum"] == 3
+    assert schemas["BenchmarkRequest"]["properties"]["concurrency"]["maximum"] == 2
+    assert schemas["BenchmarkRequest"]["properties"]["episodes_per_scenario"]["maximum"] == 3
     assert schemas["SimulationRequest"]["properties"]["max_turns"]["maximum"] == 30
     assert BenchmarkSpec(concurrency=1000, max_turns=500).concurrency == 1000  # the CLI's limits are its own

@@ -156,3 +156,34 @@ def test_cli_help_and_one_line_refusals():
         result = runner.invoke(app, ["openenv", *args])
         assert result.exit_code == 1 and reason in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_reset_or_step_the_server_cannot_serve_is_a_4xx_not_a_500(url):
+    """Finding 8: ``/reset`` with an unknown scenario was a 500; a request the server cannot serve is a 4xx with a
+    one-line detail."""
+    for body, status in (
+        ({"scenario": "no-such-scenario"}, 422),
+        ({"scenario": "multi-party-chore-rota", "seat": 7}, 422),
+        ({"scenario": "multi-party-chore-rota", "seat": 1.5}, 422),
+        ({"scenario": ["multi-party-chore-rota"]}, 422),
+    ):
+        answer = httpx.post(f"{url}/reset", json=body)
+        assert answer.status_code == status, (body, answer.text)
+        assert "\n" not in answer.json()["detail"]
+    step = httpx.post(f"{url}/step", json={"action": {"action_type": "speak", "argument": "hi"}})
+    assert step.status_code == 409 and "reset" in step.json()["detail"], step.text
+    deep = httpx.post(
+        f"{url}/reset", content=b"[" * 50_000 + b"]" * 50_000, headers={"Content-Type": "application/json"}
+    )
+    assert 400 <= deep.status_code < 500, deep.text
+
+
+def test_a_body_over_the_limit_is_refused_unread(url):
+    """Finding 9: OpenEnv's routes read any body in full; over the main server's limit (1 MiB) it is a 413, and one
+    without a Content-Length (chunked) a 411, as on ``serve``."""
+    big = b'{"scenario": "' + b"x" * (2 << 20) + b'"}'
+    answer = httpx.post(f"{url}/reset", content=big, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413 and "limit" in answer.json()["detail"], answer.text
+    chunked = httpx.post(f"{url}/step", content=iter([b'{"action": {}}']), headers={"Content-Type": "application/json"})
+    assert chunked.status_code == 411, chunked.text
+    assert httpx.post(f"{url}/reset", json={"scenario": "multi-party-chore-rota", "seat": 1}).status_code == 200

@@ -20,7 +20,14 @@ ws_client = pytest.importorskip("websockets.sync.client", reason="the server's s
 
 import httpx  # noqa: E402
 from conftest import free_port  # noqa: E402
-from server_harness import SPEAK, scripted_models, serve_process, server_thread, wait_until_ended  # noqa: E402
+from server_harness import (  # noqa: E402
+    SPEAK,
+    scripted_models,
+    serve_process,
+    server_thread,
+    serving,
+    wait_until_ended,
+)
 from test_stores import BOTH_STORES, fresh_store  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -80,12 +87,12 @@ def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -
             assert bad.status_code == 422 and bad.json()["detail"].startswith("field 'goals'")
             assert "\n" not in bad.json()["detail"]
             assert client.post("/api/scenarios", json=entry).status_code == 201
-            assert client.post("/api/scenarios", json=entry).status_code == 422  # a duplicate id, as in YAML
+            assert client.post("/api/scenarios", json=entry).status_code == 409  # a duplicate id, as in YAML
             assert (library_dir / "scenarios" / "my-drums.yaml").exists()
             assert client.get("/api/scenarios/my-drums").json()["goals"] == entry["goals"]
             character = client.get("/api/characters").json()[0] | {"id": "new-person"}
             assert client.post("/api/characters", json=character).status_code == 201
-            assert client.post("/api/characters", json=character | {"age": 500}).status_code == 422
+            assert client.post("/api/characters", json=character | {"id": "old-person", "age": 500}).status_code == 422
 
             started = client.post("/api/simulations", json=simulation(models, scenario="my-drums"))
             assert started.status_code == 202, started.text
@@ -103,9 +110,9 @@ def test_rest_library_reads_validated_writes_and_a_simulation(store, tmp_path) -
             assert store.queue_items(QUEUE) == {}
 
             refused = client.post("/api/simulations", json=simulation(models, agents=["os:system"]))
-            assert refused.status_code == 422 and "would load code" in refused.json()["detail"]
+            assert refused.status_code == 403 and "would load code" in refused.json()["detail"]
             wrong = client.post("/api/simulations", json=simulation(models, agents=["loopback"] * 3))
-            assert wrong.status_code == 422 and wrong.json()["detail"].startswith("agents: 3 specs for 2 seats")
+            assert wrong.status_code == 409 and wrong.json()["detail"].startswith("agents: 3 specs for 2 seats")
             assert client.post("/api/simulations", json={"scenario": SCENARIO, "api_key": "x"}).status_code == 422
 
 
@@ -258,7 +265,7 @@ def test_kill_9_with_live_streams_restarts_at_once_and_completes_every_queued_si
 def test_a_benchmark_over_http_reports_progress_then_what_the_cli_reports(store) -> None:
     body = {"model": "rule-player", "partner": "rule-player", "evaluator": "verifiable", "scenarios": "werewolf:test"}
     with server_thread(create_server(store)) as base, httpx.Client(base_url=base, timeout=30) as client:
-        assert client.post("/api/benchmarks", json=body | {"model": "os:system"}).status_code == 422
+        assert client.post("/api/benchmarks", json=body | {"model": "os:system"}).status_code == 403
         started = client.post("/api/benchmarks", json=body | {"tag": "bench"})
         assert started.status_code == 202, started.text
         bench = started.json()
@@ -270,8 +277,8 @@ def test_a_benchmark_over_http_reports_progress_then_what_the_cli_reports(store)
     assert store.count(tag="bench") == 3 and store.queue_items("benchmarks") == {}
     roles = {r["role"]: r for r in bench["report"]["roles"]}
     wolves, villagers = roles["werewolf"], roles["villager"]
-    assert (wolves["games"], villagers["games"]) == (6, 9)  # three games: two wolves, three villagers each
-    assert wolves["wins"] / 2 + villagers["wins"] / 3 == 3  # one team wins each game
+    assert (wolves["games"], villagers["games"]) == (3, 3)  # three games, counted once a role (not per player)
+    assert wolves["wins"] + villagers["wins"] == 3  # one team wins each game
 
 
 def test_delete_cancels_a_running_simulation_and_refuses_an_ended_one(store) -> None:
@@ -291,3 +298,132 @@ def test_delete_cancels_a_running_simulation_and_refuses_an_ended_one(store) -> 
         assert refused.status_code == 409 and done["episode_id"] in refused.json()["detail"]
         assert client.get(f"/api/simulations/{ended}").json()["status"] == "done"
     assert store.get(done["episode_id"]).id == done["episode_id"] and not list(store.query(tag=None, limit=10))[1:]
+
+
+def bench_body(models, **over) -> dict:
+    """A benchmark of the scripted model against itself on two scenarios (four episodes), judged offline."""
+    body = {"model": "loopback", "partner": "loopback", "evaluator": "rule-based", "max_turns": 4}
+    return {**body, "scenarios": f"{SCENARIO},negotiation-bigger-bedroom", "api_base": models.base_url, **over}
+
+
+def wait_for_benchmark(client: httpx.Client, bench_id: str, timeout_s: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while (bench := client.get(f"/api/benchmarks/{bench_id}").json())["status"] == "running":
+        assert time.monotonic() < deadline, f"benchmark {bench_id} did not end: {bench}"
+        time.sleep(0.1)
+    return bench
+
+
+def test_model_calls_of_simulations_and_benchmarks_together_stay_under_one_cap(store) -> None:
+    """Finding 1: two benchmarks (each at the most concurrency the server allows) and a simulation on a
+    --concurrency 2 server never have more than 2 model calls in flight at the model server."""
+    with (
+        scripted_models(delay_s=0.1) as models,
+        server_thread(create_server(store, concurrency=2, api_base=models.base_url)) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        benches = [client.post("/api/benchmarks", json=bench_body(models, tag=f"cap-{i}")) for i in range(2)]
+        assert [b.status_code for b in benches] == [202, 202], benches[0].text
+        sim = client.post("/api/simulations", json=simulation(models, max_turns=8)).json()["id"]
+        ended = [wait_for_benchmark(client, b.json()["id"])["status"] for b in benches]
+        assert ended == ["done", "done"] and wait_until_ended(client, sim)["status"] == "done"
+    assert store.count(tag="cap-0") == store.count(tag="cap-1") == 2  # every episode played
+    assert models.max_in_flight == 2  # the cap was reached, and never passed (before: 2 + 2 + 1 calls at once)
+
+
+def test_benchmarks_count_against_max_per_client_and_delete_stops_one(store) -> None:
+    """Finding 1: ``--max-per-client`` counts benchmarks with simulations, and ``DELETE /api/benchmarks/{id}``
+    stops a running benchmark (it was a 405): it leaves the queue, and what it stored stays."""
+    with (
+        scripted_models(delay_s=0.2) as models,
+        server_thread(create_server(store, max_per_client=1, api_base=models.base_url)) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        bench = client.post("/api/benchmarks", json=bench_body(models, max_turns=20, tag="stopped"))
+        assert bench.status_code == 202, bench.text
+        for kind, body in (("benchmarks", bench_body(models)), ("simulations", simulation(models))):
+            refused = client.post(f"/api/{kind}", json=body)
+            assert refused.status_code == 429 and "benchmarks of yours" in refused.json()["detail"], refused.text
+        path = f"/api/benchmarks/{bench.json()['id']}"
+        stopped = client.delete(path)
+        assert stopped.status_code == 200 and stopped.json()["status"] == "cancelled", stopped.text
+        assert client.get(path).json()["status"] == "cancelled"
+        assert client.delete(path).status_code == 409 and client.delete("/api/benchmarks/nope").status_code == 404
+        calls = len(models.requests)
+        time.sleep(0.5)
+        assert len(models.requests) == calls  # stopped: no call after the answer
+        assert store.queue_items("benchmarks") == {}
+        assert client.post("/api/simulations", json=simulation(models)).status_code == 202  # room again
+
+
+def test_x_forwarded_for_is_trusted_only_from_the_proxies_the_operator_lists(tmp_path) -> None:
+    """Finding 2: a client at its limit cannot pose as another with ``X-Forwarded-For`` (uvicorn trusted it from
+    127.0.0.1 by default); ``--forwarded-allow-ips`` names the proxies whose header is believed."""
+    human = {"scenario": SCENARIO, "agents": ["human"], "evaluator": "none"}  # waits for its person: stays running
+    for trusted, answer in (((), 429), (("--forwarded-allow-ips", "127.0.0.1"), 202)):
+        port, db = free_port(), f"sqlite:///{tmp_path / f'episodes-{answer}.db'}"
+        options = ("--library-dir", str(tmp_path / "lib"), "--max-per-client", "1", *trusted)
+        with serving(port, db, *options, log_path=tmp_path / "serve.log", token="xff") as _:
+            auth = {"Authorization": "Bearer xff"}
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=30) as client:
+                assert client.post("/api/simulations", json=human).status_code == 202
+                assert client.post("/api/simulations", json=human).status_code == 429
+                posing = client.post("/api/simulations", json=human, headers={"X-Forwarded-For": "10.9.9.9"})
+                assert posing.status_code == answer, (trusted, posing.text)
+
+
+def test_a_restart_keeps_the_permissions_queued_work_was_accepted_under(tmp_path, monkeypatch) -> None:
+    """Finding 3: a queued ``module:Class`` agent is never imported by a server started without
+    ``--allow-code-agents``, whatever its record says, nor by one started with it when the work was accepted
+    without; each such simulation or benchmark is failed with the reason, not run."""
+    (tmp_path / "marker_agent.py").write_text(
+        "from pathlib import Path\n"
+        "Path(__file__).with_name('imported').write_text('imported')\n"
+        "class Marker:\n"
+        "    async def act(self, observation):\n"
+        "        raise RuntimeError('never played')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'episodes.db'}")
+    code = {"scenario": SCENARIO, "agents": ["marker_agent:Marker"], "evaluator": "none", "max_turns": 2}
+    bench = {"model": "marker_agent:Marker", "partner": "rule-partner", "evaluator": "verifiable"}
+    bench["scenarios"] = "verifiable:test"
+    record = {"client": "127.0.0.1", "created": time.time()}
+    for allowed_now, accepted_with, why in (
+        (False, True, "serve --allow-code-agents"),
+        (True, False, "accepted without --allow-code-agents"),
+    ):
+        store.queue_put(QUEUE, "sim-code", json.dumps({**record, "request": code, "allow_code_agents": accepted_with}))
+        store.queue_put(
+            "benchmarks", "bench-code", json.dumps({**record, "request": bench, "allow_code_agents": accepted_with})
+        )
+        app = create_server(store, allow_code_agents=allowed_now, library_dir=tmp_path / "lib")
+        with server_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+            sim = wait_until_ended(client, "sim-code")
+            queued_bench = wait_for_benchmark(client, "bench-code")
+        for status in (sim, queued_bench):
+            assert status["status"] == "failed" and status["error"].startswith("not run after a restart: "), status
+            assert "would load code" in status["error"] and why in status["error"], status
+        assert store.queue_items(QUEUE) == {} and store.queue_items("benchmarks") == {}
+    assert not (tmp_path / "imported").exists()  # the module was never imported
+
+
+def test_a_deeply_nested_or_malformed_body_is_a_4xx(store) -> None:
+    """Finding 8: bodies nested past the JSON parser's depth, or past what YAML writes, are refused (4xx), never a
+    500, wherever they are posted."""
+    deep = b"[" * 50_000 + b"]" * 50_000
+    nested: object = "x"
+    for _ in range(600):
+        nested = [nested]
+    with server_thread(create_server(store, turn_timeout_s=30)) as base, httpx.Client(base_url=base, timeout=30) as c:
+        sim = c.post("/api/simulations", json={"scenario": SCENARIO, "agents": ["human"], "evaluator": "none"}).json()
+        seat = f"/api/simulations/{sim['id']}/seats/{next(iter(sim['human_seats']))}"
+        json_body = {"Content-Type": "application/json"}
+        for path in (seat, "/api/simulations", "/api/benchmarks", "/api/scenarios", "/api/characters"):
+            for body in (deep, b'{"action_type": "speak", "argument": "\xff"}', b"{"):
+                answer = c.post(path, content=body, headers=json_body)
+                assert 400 <= answer.status_code < 500, (path, body[:20], answer.status_code, answer.text[:200])
+                assert "\n" not in answer.json()["detail"]
+        entry = c.get(f"/api/scenarios/{SCENARIO}").json() | {"id": "deep", "codename": nested}
+        answer = c.post("/api/scenarios", json=entry)
+        assert answer.status_code == 422, answer.text[:300]

@@ -4,6 +4,9 @@ loopback. The model server is a loopback OpenAI-compatible server that records e
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -18,6 +21,7 @@ import httpx  # noqa: E402
 from conftest import free_port  # noqa: E402
 from server_harness import (  # noqa: E402
     printed_url,
+    recording_server,
     scripted_models,
     server_thread,
     serving,
@@ -30,7 +34,7 @@ from sotopia_env.cli.main import app as cli  # noqa: E402
 from sotopia_env.episodes.sqlite_store import SQLiteStore  # noqa: E402
 from sotopia_env.server import create_server  # noqa: E402
 from sotopia_env.server.allowed_servers import covered_by  # noqa: E402
-from sotopia_env.server.security import served_hosts  # noqa: E402
+from sotopia_env.server.security import COOKIE, served_hosts  # noqa: E402
 from sotopia_env.server.simulations import QUEUE  # noqa: E402
 from sotopia_env.server.viewer import create_app  # noqa: E402
 
@@ -62,14 +66,14 @@ def test_a_model_server_the_operator_did_not_list_gets_nothing(store, server_key
     with scripted_models() as recorder, server_thread(create_server(store)) as base:
         with httpx.Client(base_url=base, timeout=30) as client:
             refused = client.post("/api/simulations", json=simulation(recorder.base_url))
-            assert refused.status_code == 422, refused.text
+            assert refused.status_code == 403, refused.text
             detail = refused.json()["detail"]
             assert recorder.base_url in detail and "--allow-api-base" in detail and "\n" not in detail
             trailing = simulation(f"http://127.0.0.1:{free_port()}/v1,{recorder.base_url}")
-            assert client.post("/api/simulations", json=trailing).status_code == 422  # every URL of a list
+            assert client.post("/api/simulations", json=trailing).status_code == 403  # every URL of a list
             bench = {"model": "loopback", "partner": "loopback", "evaluator": "rule-based", "scenarios": SCENARIO}
             refused = client.post("/api/benchmarks", json=bench | {"api_base": recorder.base_url})
-            assert refused.status_code == 422 and "--allow-api-base" in refused.json()["detail"]
+            assert refused.status_code == 403 and "--allow-api-base" in refused.json()["detail"]
             time.sleep(0.3)  # anything started by mistake would have called by now
     assert recorder.requests == [] and store.queue_items(QUEUE) == {} and store.queue_items("benchmarks") == {}
 
@@ -121,7 +125,7 @@ def test_a_foreign_origin_is_refused_on_the_websocket_and_on_unsafe_methods(stor
         with httpx.Client(base_url=base, timeout=30) as client:
             for origin in (f"http://{EVIL}", f"http://{EVIL}:{base.rsplit(':', 1)[1]}", "null"):
                 refused = client.post("/api/simulations", json=simulation(None), headers={"Origin": origin})
-                assert refused.status_code == 403 and "--allowed-host" in refused.json()["detail"], origin
+                assert refused.status_code == 403 and "--allowed-origin" in refused.json()["detail"], origin
             sim_id = client.post("/api/simulations", json=simulation(None), headers=own).json()["id"]
             assert client.delete(f"/api/simulations/{sim_id}", headers={"Origin": f"http://{EVIL}"}).status_code == 403
             assert client.get(f"/api/simulations/{sim_id}", headers={"Origin": f"http://{EVIL}"}).status_code == 200
@@ -178,3 +182,123 @@ def test_no_token_is_for_loopback_only_and_host_names_are_checked(store, monkeyp
         assert result.exit_code in (1, 2) and message in shown, (args, result.output)
     result = runner.invoke(cli, ["view", "--store", store.url, "--allowed-host", "a*b"])
     assert result.exit_code == 1 and "--allowed-host 'a*b'" in result.output
+
+
+def test_view_off_loopback_needs_a_token_as_serve_does(tmp_path, monkeypatch) -> None:
+    """Finding 4: ``view --host 0.0.0.0`` served every episode with no token; now it makes one and prints the URL
+    to open (as ``serve`` does), and ``--no-token`` is for loopback only."""
+    monkeypatch.delenv("SOTOPIA_ENV_TOKEN", raising=False)
+    store = f"sqlite:///{tmp_path / 'episodes.db'}"
+    SQLiteStore(store)
+    port = free_port()
+    command = [sys.executable, "-c", "from sotopia_env.cli.main import app; app()", "view", "--host", "0.0.0.0"]
+    process = subprocess.Popen(
+        [*command, "--port", str(port), "--store", store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    printed: list[str] = []
+    assert process.stdout is not None
+    threading.Thread(target=lambda: printed.extend(process.stdout or []), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any("?token=" in line for line in printed) and time.monotonic() < deadline:
+            assert process.poll() is None, f"view exited: {printed}"
+            time.sleep(0.1)
+        url = printed_url("".join(printed))
+        base = f"http://127.0.0.1:{port}"
+        assert url.startswith(base)
+        deadline = time.monotonic() + 30
+        while True:  # printed once bound; listening a moment later
+            try:
+                assert httpx.get(f"{base}/api/episodes", timeout=10).status_code == 401
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and process.poll() is None, "view did not listen"
+                time.sleep(0.1)
+        assert httpx.get(f"{base}/", timeout=10).status_code == 401
+        with httpx.Client(timeout=10) as browser:
+            assert browser.get(url).status_code == 200  # the printed URL sets the cookie
+            assert browser.get(f"{base}/api/episodes").status_code == 200
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    refused = CliRunner().invoke(cli, ["view", "--host", "0.0.0.0", "--no-token", "--store", store])
+    assert refused.exit_code == 1 and "refusing to listen on 0.0.0.0 without a token" in refused.output
+
+
+def test_percent_encoded_dots_do_not_leave_the_allowed_path(store, server_key) -> None:
+    """Finding 5: with ``/v1`` allowed, ``/v1/%2e%2e/%2e%2e/zz`` reached ``/zz/chat/completions`` with the key. An
+    ``api_base`` is normalised (RFC 3986) before the prefix check, and the normalised URL is the one called."""
+    with recording_server() as recorder:
+        allowed = f"{recorder.base_url}/v1"
+        with server_thread(create_server(store, allowed_api_bases=[allowed])) as base:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                for trick in (
+                    "/v1/%2e%2e/%2e%2e/zz",
+                    "/v1/%2E%2E/zz",
+                    "/v1/..%2fzz",
+                    "/v1/%252e%252e/zz",
+                    "/v1\\..\\zz",
+                ):
+                    refused = client.post("/api/simulations", json=simulation(recorder.base_url + trick))
+                    assert refused.status_code == 403, (trick, refused.text)
+                    assert "\n" not in refused.json()["detail"]
+                inside = client.post("/api/simulations", json=simulation(f"{allowed}/%7Ex/%2e%2e/"))
+                # allowed: the preflight calls the normalised URL (the recorder answers 404: a model not served)
+                assert inside.status_code == 424 and "does not serve" in inside.json()["detail"], inside.text
+    assert recorder.seen and {path for _, path, _ in recorder.seen} == {"/v1/chat/completions"}
+    assert covered_by(f"{allowed}/a/%2E%2e/b", allowed) and not covered_by(f"{allowed}/%2e%2e", allowed)
+
+
+def test_no_model_server_is_called_unless_the_operator_listed_it(store, server_key, monkeypatch) -> None:
+    """Finding 6: ``"agents": ["ollama/x"]`` without an ``api_base`` called litellm's default Ollama server
+    (``localhost:11434``; here ``$OLLAMA_API_BASE`` points that default at a loopback recorder). A spec that would
+    reach a provider's default endpoint is refused (403, naming the model and the flag) unless the operator allows
+    the provider (``--allow-provider``)."""
+    with recording_server() as recorder:
+        monkeypatch.setenv("OLLAMA_API_BASE", recorder.base_url)
+        with server_thread(create_server(store)) as base, httpx.Client(base_url=base, timeout=30) as client:
+            for body in (
+                simulation(None, agents=["ollama/x"]),
+                simulation(None, agents=["human"], evaluator="ollama_chat/judge"),
+                simulation(None, agents=["human", "hosted_vllm/x"]),
+                {"model": "ollama/x", "partner": "ollama/x", "evaluator": "rule-based", "scenarios": SCENARIO},
+            ):
+                kind = "benchmarks" if "model" in body else "simulations"
+                refused = client.post(f"/api/{kind}", json=body)
+                assert refused.status_code == 403, (body, refused.text)
+                detail = refused.json()["detail"]
+                assert "would call provider" in detail and "--allow-provider" in detail and "\n" not in detail
+            time.sleep(0.3)  # anything started by mistake would have called by now
+        assert recorder.seen == []
+        app = create_server(store, allowed_providers=["ollama"])
+        with server_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+            allowed = client.post("/api/simulations", json=simulation(None, agents=["ollama/x"]))
+            # allowed: the preflight calls it (the recorder answers 404: a model it does not serve)
+            assert allowed.status_code == 424 and "'ollama/x'" in allowed.json()["detail"], allowed.text
+    assert recorder.seen  # listed by the operator: called
+
+
+def test_the_origin_is_compared_by_scheme_host_and_port(store) -> None:
+    """Finding 7: a page on ``http://localhost:3000`` (another port of the same machine), with the browser's cookie,
+    could post a seat move and open a WebSocket; only the server's own origin and those the operator lists may."""
+    app = create_server(store, token="t0k", turn_timeout_s=30, allowed_origins=["https://lab.example.org"])
+    with server_thread(app) as base, httpx.Client(base_url=base, timeout=30, cookies={COOKIE: "t0k"}) as client:
+        port, cookie = base.rsplit(":", 1)[1], f"{COOKIE}=t0k"
+        body = {"scenario": SCENARIO, "agents": ["human"], "evaluator": "none"}
+        sim = client.post("/api/simulations", json=body, headers={"Origin": base}).json()
+        seat = f"/api/simulations/{sim['id']}/seats/{next(iter(sim['human_seats']))}"
+        stream = f"/api/simulations/{sim['id']}/stream"
+        move = {"action_type": "speak", "argument": "hi"}
+        for origin in (
+            "http://localhost:3000",
+            f"https://127.0.0.1:{port}",
+            "http://127.0.0.1",
+            f"http://[::1]:{port}",
+        ):
+            refused = client.post(seat, json=move, headers={"Origin": origin})
+            assert refused.status_code == 403 and "--allowed-origin" in refused.json()["detail"], origin
+            assert websocket_status(base, stream, origin=origin, cookie=cookie)[0] == 403, origin
+        for origin in (base, f"http://127.0.0.1:{port}", "https://lab.example.org:443", "https://LAB.example.org"):
+            assert client.post(seat, json=move, headers={"Origin": origin}).status_code != 403, origin
+        assert websocket_status(base, stream, origin=base, cookie=cookie)[0] == 101
+        client.delete(f"/api/simulations/{sim['id']}", headers={"Origin": base})  # ends the stream it opened

@@ -209,3 +209,29 @@ def test_a_benchmark_with_failed_episodes_exits_1_and_rerun_failed_replays_them(
     assert again.exit_code == 0, again.output
     assert store.count(tag="outage", status="rated") == total
     assert {log.id for log in store.query(tag="outage", scenario=ids[1])} == {log.id for log in failed}
+
+
+# -- the same through the server --------------------------------------------------------------------------------
+
+
+def test_the_server_answers_a_wrong_key_or_a_dead_server_with_a_4xx_and_queues_nothing(tmp_path, refusing_server):
+    pytest.importorskip("fastapi", reason="the server needs the 'view' extra (fastapi)")
+    import httpx
+    from server_harness import server_thread
+
+    from sotopia_env.server import create_server
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    store = open_store(str(tmp_path / "eps.db"))
+    app = create_server(store, allowed_api_bases=[refusing_server.base_url, dead])
+    sim = {"scenario": "accommodation-drum-practice", "agents": ["loopback"], "evaluator": "rule-based"}
+    bench = {"model": "loopback", "partner": "loopback", "evaluator": "rule-based", "scenarios": "hard"}
+    with server_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        for body, path in ((sim, "/api/simulations"), (bench, "/api/benchmarks")):
+            refused = client.post(path, json=body | {"api_base": refusing_server.base_url})
+            assert refused.status_code == 424, refused.text
+            detail = refused.json()["detail"]
+            assert "'loopback'" in detail and "refused" in detail and "SOTOPIA_API_KEY" in detail, detail
+            down = client.post(path, json=body | {"api_base": dead})
+            assert down.status_code == 424 and "nothing answers" in down.json()["detail"], down.text
+    assert store.queue_items("simulations") == {} and store.queue_items("benchmarks") == {} and store.count() == 0

@@ -2,7 +2,8 @@
 
 Only GET is served; any other method (HEAD included) gets 405. Only loopback's ``Host`` names and
 ``allowed_hosts`` are answered, and a foreign ``Origin`` is refused (``security.HostCheck``, as for the server).
-Pages load no
+With a ``token`` (``view`` off loopback makes one), every request needs it (``security.TokenCheck``, as for the
+server). Pages load no
 script and nothing from elsewhere (the stylesheet is inline), and the
 Content-Security-Policy forbids both, so the viewer works offline.
 """
@@ -18,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sotopia_env.episodes.store import EpisodeStore, StoreError, open_store
 from sotopia_env.server.openapi import allowed_methods, describe
-from sotopia_env.server.security import LOOPBACK_HOSTS, HostCheck
+from sotopia_env.server.security import LOOPBACK_HOSTS, HostCheck, TokenCheck
 from sotopia_env.server.viewer.context import Viewer
 from sotopia_env.server.viewer.routes import router
 
@@ -35,12 +36,13 @@ def create_app(
     warm: bool = False,
     max_age: float = 120.0,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    token: str | None = None,
 ) -> FastAPI:
     """The viewer over ``store`` (a store, a store URL, or None for the default store).
 
     ``warm`` builds the summary index (and the all-tags report) in the background right away; ``max_age`` is how
     many seconds the index may age before it is rebuilt in the background. ``allowed_hosts``: the ``Host`` names
-    answered (``security.served_hosts``).
+    answered (``security.served_hosts``). ``token``: the token every request needs (None: none).
     """
     st = store if store is not None and not isinstance(store, str) else open_store(store)
     v = Viewer.over(st, max_age=max_age)
@@ -49,9 +51,10 @@ def create_app(
     app.state.viewer, app.state.store, app.state.index = v, st, v.index
     app.include_router(router)
     app.middleware("http")(read_only)
-    app.add_middleware(HostCheck, hosts=allowed_hosts)
+    app.add_middleware(TokenCheck, token=token)
+    app.add_middleware(HostCheck, hosts=allowed_hosts)  # added last: it runs first
     add_error_pages(app, v)
-    describe(app, token=False)
+    describe(app, token=token is not None)
     if warm:
         v.reports.warm()
     return app
