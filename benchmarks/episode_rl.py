@@ -6,11 +6,15 @@ verifiable scenarios than its BC (and SR) start, beyond what a control that carr
 
 **The protocol.** Every choice (steps, learning rate, beta, the best BC temperature) is made on ``--split dev``
 (``verifiable:dev``, 12 instances); ``--split test`` (``verifiable:test``, 36 instances) is run once, with
-``--final``, for the rows chosen, and the run folder records the settings it ran under: a second test run with other
-settings is refused. Every trained row is trained once per seed in ``--seeds`` (the BC of seed S starts every row of
-seed S); the evaluation's own seeds (``--eval-seed``) are the same for every row, so rows are paired by training
-seed, instance and evaluation seed. Intervals are a paired, hierarchical bootstrap: training seeds and instances
-resampled (crossed), 4,000 resamples, over per-(seed, instance) mean differences.
+``--final``, for the rows chosen, and the run folder records what it ran under before it plays (settings, training
+seeds, the row set and the code commit, from a clean checkout): a test run with other settings, seeds or rows is
+refused, one at another commit may only reprint, and the test table is printed only once every seed is in. Every
+trained row is trained once per seed in ``--seeds`` (the BC of seed S starts every row of seed S); the evaluation's
+own seeds (``--eval-seed``) are the same for every row, so rows are paired by training seed, instance and evaluation
+seed. Each difference has two 95% intervals over the per-(seed, instance) mean differences: a nested bootstrap
+(training seeds resampled, then instances within each seed; 4,000 resamples) and a t-interval over the seeds' mean
+differences (n - 1 degrees of freedom). With 3 seeds the bootstrap has 10 distinct seed draws and understates the
+seed-to-seed spread; the t-interval does not, and a claim needs both above 0.
 
 Rows (trained into ``RUN/train/<row>/seed<S>``, evaluated into ``RUN/evals/<split>/<row>/seed<S>.json``; a rerun
 reuses what is there, episode by episode):
@@ -58,7 +62,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _stages import fmt_diff, guard_test_once, hierarchical_interval, run_stage, stage_kept
+from _stages import INTERVALS, both_intervals, fmt_diff, guard_test_once, run_stage, seeds_missing, stage_kept
 
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "grpo-lr0")
@@ -295,6 +299,7 @@ class Run:
         self.folder, self.args = folder, args
         self.stages_file = folder / "stages.json"
         self.stages: dict[str, dict] = json.loads(self.stages_file.read_text()) if self.stages_file.is_file() else {}
+        self.frozen: str | None = None  # why no test episode may be played here (the guard's answer)
 
     def stage_dir(self, stage: str, seed: int) -> Path:
         return self.folder / "train" / re.sub(r"[^A-Za-z0-9_.=,-]", "_", stage) / f"seed{seed}"
@@ -333,7 +338,7 @@ class Run:
             cached = self.folder / "evals" / split / row.text / f"seed{'-' if seed is None else seed}.json"
             done = json.loads(cached.read_text()) if cached.is_file() else []
             t0 = time.perf_counter()
-            records = evaluate(lambda seed=seed: self.spec(row, seed), row, split, self.args, done)
+            records = evaluate(lambda seed=seed: self.model(row, seed, split), row, split, self.args, done)
             if len(records) > len(done):
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_text(json.dumps(records, indent=1))
@@ -343,9 +348,31 @@ class Run:
             out[seed] = records
         return out
 
+    def model(self, row: Row, seed: int | None, split: str) -> str:
+        """The policy to play an episode with (training its stage if needed); refused on a frozen test record."""
+        if split == "test" and self.frozen:
+            raise SystemExit(f"{row.text} seed {seed} has test episodes still to play, and {self.frozen}")
+        return self.spec(row, seed)
+
     def guard_test(self, rows: list[Row]) -> None:
-        """``--split test`` runs once: the settings it ran under are kept, and other settings are refused."""
-        guard_test_once(self.folder, settings_of(self.args), [r.text for r in rows], self.args.final)
+        """``--split test`` runs once, fully specified: settings, training seeds, the row set and the commit are
+        kept before it plays, and anything else is refused (``_stages.guard_test_once``). A legacy record (its
+        guard kept neither seeds nor commit) reprints with the seeds its evaluations hold, and nothing else."""
+        texts = [r.text for r in rows]
+        self.frozen = guard_test_once(self.folder, settings_of(self.args), texts, self.args.final, self.args.seeds)
+        kept = json.loads((self.folder / "test_settings.json").read_text())
+        if "seeds" not in kept:
+            held = [
+                {int(f.stem[4:]) for f in (self.folder / "evals" / "test" / r.text).glob("seed[0-9]*.json")}
+                for r in rows
+                if r.name != "base"
+            ]
+            seeds = sorted(set.intersection(*held)) if held else []
+            if sorted(self.args.seeds) != seeds:
+                raise SystemExit(
+                    f"--seeds {self.args.seeds}: the legacy test record holds training seeds {seeds} for every "
+                    "row; it reprints with exactly those"
+                )
 
 
 def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
@@ -426,7 +453,7 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
     )
     print(
         "| row | split | goal, greedy | goal, sampled | sampled per seed | goal / success per kind | vs its start "
-        "[95% hier.] | vs best BC [95% hier.] | zero-var groups | approx_kl | stage time | peak RSS |"
+        f"[{INTERVALS}] | vs best BC [{INTERVALS}] | zero-var groups | approx_kl | stage time | peak RSS |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for text, by_seed in evals.items():
@@ -441,11 +468,9 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
         vs_start = vs_best = "-"
         if start and start in evals:
             ref_row = Row.parse(start)
-            vs_start = fmt_diff(
-                hierarchical_interval(cells(by_seed, t), cells(evals[start], main_temperature(ref_row, args)))
-            )
+            vs_start = fmt_diff(both_intervals(cells(by_seed, t), cells(evals[start], main_temperature(ref_row, args))))
         if best and row.name in GRPO_ROWS and GRPO_ROWS[row.name][0] == "bc" and best[0] in evals:
-            vs_best = fmt_diff(hierarchical_interval(cells(by_seed, t), cells(evals[best[0]], best[1])))
+            vs_best = fmt_diff(both_intervals(cells(by_seed, t), cells(evals[best[0]], best[1])))
         stage_rows = [run.stages.get(f"{row.stage}/seed{s}", {}) for s in by_seed if s is not None]
         zero = [s["zero_std_share"] for s in stage_rows if s.get("zero_std_share") is not None]
         kl = [s["approx_kl"] for s in stage_rows if s.get("approx_kl") is not None]
@@ -460,8 +485,8 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
     for mine, control in CONTRASTS:
         if mine in evals and control in evals:
             t = main_temperature(Row.parse(mine), args)
-            diff = hierarchical_interval(cells(evals[mine], t), cells(evals[control], t))
-            print(f"\n{mine} vs {control}, {'sampled' if t else 'greedy'} [95% hier.]: {fmt_diff(diff)}")
+            diff = both_intervals(cells(evals[mine], t), cells(evals[control], t))
+            print(f"\n{mine} vs {control}, {'sampled' if t else 'greedy'} [{INTERVALS}]: {fmt_diff(diff)}")
     unrated = sum(1 for by_seed in evals.values() for rs in by_seed.values() for r in rs if r.get("unrated"))
     print(
         f"\n{unrated} unrated episodes. Settings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser "
@@ -514,6 +539,14 @@ def main() -> None:
     if args.split == "test":
         run.guard_test(rows)
     evals = {row.text: run.evaluations(row, args.split, args.seeds) for row in rows}
+    if args.split == "test":
+        if missing := seeds_missing(evals, args.seeds):
+            raise SystemExit(f"no test table until every seed is in: missing {', '.join(missing)}")
+        kept = json.loads((args.keep / "test_settings.json").read_text())
+        print(
+            f"Test record: seeds {kept.get('seeds', 'not recorded')}, rows {kept['rows']}, commit "
+            f"{kept.get('commit', 'not recorded')}{' (legacy record: reprint only)' if 'commit' not in kept else ''}\n"
+        )
     print_table(args.split, evals, run, args)
     digest = hashlib.sha256(json.dumps(settings_of(args), sort_keys=True).encode()).hexdigest()[:8]
     print(f"settings digest {digest}")

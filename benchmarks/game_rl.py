@@ -6,8 +6,10 @@ players, on held-out instances?
     python benchmarks/game_rl.py --quick          # base, bc (1 step, 1 game each), grpo (1 step of 1 x 2); smoke
 
 The protocol of ``episode_rl.py``: every choice (steps, learning rate, groups) is made on ``--split dev``
-(``GAME:dev``); ``--split test`` (``GAME:test``) runs once, with ``--final``, and a second test run under other
-settings is refused. Rows (``--rows``), the policy in every seat of ``--role``, ``rule-player`` in the others:
+(``GAME:dev``); ``--split test`` (``GAME:test``) runs once, with ``--final``, its settings, training seeds, row
+set and code commit kept before it plays: a test run under other settings, seeds or rows is refused, one at another
+commit may only reprint, and its table is printed once every seed is in. Rows (``--rows``), the policy in every
+seat of ``--role``, ``rule-player`` in the others:
 
 - ``base``: the embedded model (no training seed);
 - ``bc``: a LoRA SFT on the role's turns in the games its rule player won, rule players in every seat of the
@@ -20,10 +22,11 @@ settings is refused. Rows (``--rows``), the policy in every seat of ``--role``, 
 Each trained row once per training seed in ``--seeds``. Evaluation: every instance of the split, greedy (seed S)
 and ``--k`` episodes sampled at the training temperature (seeds S+1..S+k), the same for every row, so rows are
 paired by (instance, evaluation seed). Rule players are stochastic, so a game's instance alone is not the unit:
-intervals are a hierarchical bootstrap over training seeds and (instance, evaluation seed) episodes. The table:
-win rate (the judge's ``success``) with a Wilson 95% interval, mean goal, the sampled goal per training seed, and
-the paired difference in goal from the row's start and from base. Not a test: run it by hand. A run folder
-resumes: ``RUN/stages.json``, ``RUN/<row>/seed<S>``, ``RUN/evals/<split>/<row>/``.
+intervals are a nested bootstrap (training seeds, then (instance, evaluation seed) episodes within each) beside a
+t-interval over the training seeds' mean differences. The table: win rate (the judge's ``success``) with a Wilson
+95% interval counted in games (one per episode, however many seats of the role the policy plays), mean goal, the
+sampled goal per training seed, and the paired difference in goal from the row's start and from base. Not a test:
+run it by hand. A run folder resumes: ``RUN/stages.json``, ``RUN/<row>/seed<S>``, ``RUN/evals/<split>/<row>/``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import statistics
 from pathlib import Path
 
 from _common import machine_line
-from _stages import evaluate_kept, fmt_diff, guard_test_once, hierarchical_interval, run_stage
+from _stages import INTERVALS, both_intervals, evaluate_kept, fmt_diff, guard_test_once, run_stage, seeds_missing
 from episode_rl import play, rollout_config, sft
 
 from sotopia_env.agents.loading import RULE_PLAYER
@@ -54,6 +57,8 @@ def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict
         seeds = [s for s in wanted if not any(r["greedy"] == greedy and r["seed"] == s for r in done)]
         if not seeds:
             continue
+        if getattr(args, "frozen", None):
+            raise SystemExit(f"{spec} has test games still to play, and {args.frozen}")
         temperature = 0.0 if greedy else args.temperature
         for (instance, seed), e in play(spec, args, args.scenarios, seeds, temperature, **learner(args)):
             row = {"instance": instance, "seed": seed, "greedy": greedy}
@@ -118,6 +123,7 @@ def train_grpo(out: Path, start: Path, args: argparse.Namespace, seed: int, shuf
 
 
 def won_cell(rows: list[dict], greedy: bool) -> str:
+    """Games won of the rated games (each row is one game, whatever the seats of the role), Wilson 95%."""
     rated = [r for r in rows if "goal" in r and r["greedy"] == greedy]
     if not rated:
         return "-"
@@ -142,15 +148,16 @@ def mean_goal(by_seed: dict[int | None, list[dict]], greedy: bool) -> str:
 def print_table(evals: dict[str, dict], stages: dict[str, dict], args: argparse.Namespace) -> None:
     print(f"### Game RL: {args.role} in {args.scenarios} ({args.split}), against rule players, paired\n")
     print(
-        "| row | split | won, greedy [Wilson 95%] | won, sampled [Wilson 95%] | goal, sampled | sampled per seed "
-        "| vs its start, sampled [95% hier.] | vs base, sampled [95% hier.] | unrated | train time | peak RSS |"
+        "| row | split | won, greedy [games, Wilson 95%] | won, sampled [games, Wilson 95%] | goal, sampled "
+        f"| sampled per seed | vs its start, sampled [{INTERVALS}] | vs base, sampled [{INTERVALS}] | unrated "
+        "| train time | peak RSS |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, by_seed in evals.items():
         pooled = [r for rows in by_seed.values() for r in rows]
         per_seed = ", ".join(mean_goal({s: rows}, False) for s, rows in by_seed.items() if s is not None) or "-"
         diffs = [
-            fmt_diff(hierarchical_interval(goal_cells(by_seed, False), goal_cells(evals[ref], False)))
+            fmt_diff(both_intervals(goal_cells(by_seed, False), goal_cells(evals[ref], False)))
             if ref in evals else "-"
             for ref in (START.get(name), "base" if name != "base" else None)
         ]  # fmt: skip
@@ -228,8 +235,9 @@ def main() -> None:
     seeds, rows = [int(s) for s in args.seeds.split(",")], args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
         raise SystemExit(f"--rows: unknown {sorted(unknown)} (rows: {', '.join(ROWS)})")
+    args.frozen = None
     if args.split == "test" and not args.quick:
-        guard_test_once(args.keep, settings_of(args), rows, args.final)
+        args.frozen = guard_test_once(args.keep, settings_of(args), rows, args.final, seeds)
     run = args.keep
     stages_file = run / "stages.json"
     stages: dict[str, dict] = json.loads(stages_file.read_text()) if stages_file.is_file() else {}
@@ -239,7 +247,7 @@ def main() -> None:
         "grpo-shuffled": lambda out, s: train_grpo(out, run / "bc" / f"seed{s}", args, s, shuffled=True),
     }
     trained = [n for n in ROWS[1:] if n in rows or any(START.get(r) == n for r in rows)]  # bc first
-    for name in trained:
+    for name in trained if not args.frozen else ():  # a frozen test record reprints: nothing is trained
         for seed in seeds:
             out = run / name / f"seed{seed}"
             run_stage(stages, stages_file, f"{name}/seed{seed}", out, lambda n=name, s=seed, o=out: trainers[n](o, s))
@@ -252,6 +260,8 @@ def main() -> None:
                 f"{args.split}/{name}/seed{'-' if seed is None else seed}",
                 lambda done, spec=spec: evaluate(spec, args, done),
             )
+    if args.split == "test" and (missing := seeds_missing(evals, seeds)):
+        raise SystemExit(f"no test table until every seed is in: missing {', '.join(missing)}")
     print_table(evals, stages, args)
 
 

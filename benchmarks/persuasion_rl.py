@@ -1,7 +1,7 @@
 """Persuasion that can be learnt (issue #44, part 4): does a policy trained on the curriculum win held-out persuasion?
 
     python benchmarks/persuasion_rl.py --keep RUN --rows base,bc,grpo --split dev   # choices on dev
-    python benchmarks/persuasion_rl.py --keep RUN --rows base,bc,grpo --split test  # once, at the end
+    python benchmarks/persuasion_rl.py --keep RUN --rows base,bc,grpo --split test --final  # once, at the end
 
 Rows (trained into ``RUN/<row>``, evaluated into ``RUN/evals/<row>-<split>.json``; a rerun reuses both):
 
@@ -21,6 +21,10 @@ paired difference in win rate from ``bc`` with a 95% bootstrap interval over ins
 (the sampled episodes of one instance, ``--group`` at a time) whose rewards are all equal, with the plain reward
 and with the dense one (the signal GRPO would have there); each stage's wall time and peak RSS. Not a test: run it
 by hand.
+
+``--split test`` runs once, under ``episode_rl.py``'s guard (``_stages.guard_test_once``): with ``--final``, its
+settings, training seed (``--seed``: one, so no seed-level interval here; the interval above is over instances),
+row set and code commit kept before it plays; other settings or rows are refused, another commit only reprints.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 
 import episode_rl
 from _common import machine_line
-from _stages import evaluate_kept, paired_interval, run_stage, stage_kept
+from _stages import evaluate_kept, guard_test_once, paired_interval, run_stage, stage_kept
 from episode_rl import play, rollout_config
 
 ROWS = ("base", "bc-shipped", "bc", "grpo")
@@ -88,6 +92,8 @@ def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict
         seeds = [s for s in wanted if not any(r["greedy"] == greedy and r["seed"] == s for r in done)]
         if not seeds:
             continue
+        if getattr(args, "frozen", None):
+            raise SystemExit(f"{spec} has test episodes still to play, and {args.frozen}")
         temperature = 0.0 if greedy else args.temperature
         for (instance, seed), e in play(spec, args, scenarios, seeds, temperature):
             row = {"instance": instance, "seed": seed, "greedy": greedy}
@@ -153,11 +159,19 @@ def print_table(evals: dict[str, list[dict]], stages: dict[str, dict], args: arg
     )
 
 
+def settings_of(args: argparse.Namespace) -> dict:
+    """What the rows depend on: the test guard keeps them."""
+    keys = ("curriculum", "bc_epochs", "bc_lr", "steps", "lr", "iterations", "beta", "dense", "k", "group",
+            "max_turns", "max_new_tokens", "temperature", "seed")  # fmt: skip
+    return {k: getattr(args, k) for k in keys}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, required=True, help="the run folder (stages and evaluations are kept)")
     parser.add_argument("--rows", default="base,bc,grpo", help=f"comma list of {', '.join(ROWS)}")
     parser.add_argument("--split", choices=("dev", "test"), default="dev", help="the held-out split to evaluate on")
+    parser.add_argument("--final", action="store_true", help="needed with --split test (which runs once)")
     parser.add_argument("--curriculum", type=int, default=40, help="generated train instances (at most 40)")
     parser.add_argument("--bc-epochs", type=float, default=2.0)
     parser.add_argument("--bc-lr", type=float, default=1e-3)
@@ -183,6 +197,9 @@ def main() -> None:
     if unknown := set(rows) - set(ROWS):
         raise SystemExit(f"--rows: unknown {sorted(unknown)}; choose from {', '.join(ROWS)}")
     run = args.keep
+    args.frozen = None
+    if args.split == "test":
+        args.frozen = guard_test_once(run, settings_of(args), rows, args.final, [args.seed])
     (run / "evals").mkdir(parents=True, exist_ok=True)
     stages_file = run / "stages.json"
     stages: dict[str, dict] = json.loads(stages_file.read_text()) if stages_file.is_file() else {}
@@ -194,7 +211,7 @@ def main() -> None:
     }
     evals: dict[str, list[dict]] = {}
     for name in rows:
-        if name != "base":
+        if name != "base" and not args.frozen:  # a frozen test record reprints: nothing is trained
             if name == "grpo" and not stage_kept(stages, "bc", run / "bc"):
                 raise SystemExit("row 'grpo' starts from BC: run the bc row first (--rows bc,grpo)")
             run_stage(stages, stages_file, name, run / name, trainers[name])

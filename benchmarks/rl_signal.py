@@ -9,8 +9,8 @@ The protocol of ``episode_rl.py``: every choice is made on ``--split dev``; ``--
 ``--final`` and ``--out RUN`` (the settings of that run are kept there, and a second test run under other settings
 is refused). BC and GRPO are trained once per training seed in ``--seeds``; a stage finished in ``--out`` is kept
 (``RUN/trained_with.json`` holds the training settings, and a run under others is refused there), so the test run
-evaluates the models the dev run trained. GRPO's gain over BC is a paired, hierarchical bootstrap over training
-seeds and items.
+evaluates the models the dev run trained. GRPO's gain over BC is paired: a nested bootstrap (training seeds, then
+items within each) beside a t-interval over the seeds' mean differences.
 
 Part 1, ``socialiqa``:
 
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import _common
 from _common import ROOT, machine_line, print_table
-from _stages import fmt_diff, guard_test_once, hierarchical_interval
+from _stages import INTERVALS, both_intervals, fmt_diff, guard_test_once
 
 _ = _common
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "social_iqa" / "sample.jsonl"
@@ -212,7 +212,7 @@ def socialiqa_part(args, work: Path) -> None:
         rows.append(
             [stage, args.split, f"{statistics.fmean(m for _, m in runs):.1f}" if runs else "-"]
             + [f"{statistics.fmean(per_item):.2f}", ", ".join(f"{r['mean_reward']:.2f}" for r in results)]
-            + [fmt_diff(hierarchical_interval(rewards(stage), rewards(versus))) if versus else "-"]
+            + [fmt_diff(both_intervals(rewards(stage), rewards(versus))) if versus else "-"]
             + [f"{statistics.fmean(r['format_valid_rate'] for r in results):.0%}"]
             + [
                 f"{statistics.fmean(r['accuracy'] for r in results):.0%}",
@@ -225,7 +225,7 @@ def socialiqa_part(args, work: Path) -> None:
     )
     print_table(
         f"GRPO on Social IQa: SmolLM2-135M, {args.split} items, training seeds {args.seeds}",
-        ["stage", "split", "train min", "mean reward", "per seed", "vs its start [95% hier.]", "format-valid"]
+        ["stage", "split", "train min", "mean reward", "per seed", f"vs its start [{INTERVALS}]", "format-valid"]
         + ["accuracy", "zero-var groups"],
         rows,
         note=(
@@ -305,7 +305,10 @@ def main() -> None:
         args.seeds, args.split = "0", "dev"
     if args.split == "test":
         settings = {k: str(v) for k, v in vars(args).items() if k not in ("split", "final", "out", "quick")}
-        guard_test_once(args.out, settings, ["base", "bc", "grpo"], args.final)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        frozen = guard_test_once(args.out, settings, ["base", "bc", "grpo"], args.final, seeds)
+        if frozen:  # every run measures again: there is no record to reprint
+            raise SystemExit(f"--split test: {frozen}; this script keeps no per-item record to reprint")
     if not args.data.is_file():
         raise SystemExit(f"no Social IQa data at {args.data} (give --data FILE)")
     print(machine_line())

@@ -41,20 +41,26 @@ def wilson(wins: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def role_win_rates(logs: Iterable[EpisodeLog]) -> list[RoleRow]:
-    """One row per (model, game, role) over the rated game episodes (``success`` is the win); unrated ones and
-    unrated seats count nowhere."""
+    """One row per (model, game, role) over the rated game episodes (``success`` is the win), counted in games: a
+    role with several seats in a game (villagers, civilians, wolves) counts that game once, won when its rated
+    seats won (the seats of a side win and lose together; counting each seat would count one game 2-4 times and
+    narrow the interval by as much). Unrated episodes and unrated seats count nowhere."""
     counts: dict[tuple[str, str, str], list[int]] = {}
     for log in logs:
         game = log.setup.scenario.game
         if game is None or log.rating is None or log.rating.ratings is None:
             continue
+        won: dict[tuple[str, str, str], bool] = {}
         for seat, agent in enumerate(log.agents):
             rating = log.rating.of(agent.name)
             if rating is None or rating.success is None:
                 continue
-            cell = counts.setdefault((agent.model, game.rules, game.role(seat).name), [0, 0])
+            key = (agent.model, game.rules, game.role(seat).name)
+            won[key] = won.get(key, True) and bool(rating.success)
+        for key, success in won.items():
+            cell = counts.setdefault(key, [0, 0])
             cell[0] += 1
-            cell[1] += int(rating.success)
+            cell[1] += int(success)
     rows = []
     for (model, game_name, role), (n, wins) in sorted(counts.items()):
         rows.append(RoleRow(model, game_name, role, n, wins, *wilson(wins, n)))

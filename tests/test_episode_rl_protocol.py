@@ -1,5 +1,6 @@
-"""The statistics and guards behind ``benchmarks/episode_rl.py``'s claims: the hierarchical paired bootstrap
-(training seeds and instances resampled, crossed), the row grammar, and the rule that test runs once."""
+"""The statistics and guards behind ``benchmarks/episode_rl.py``'s claims: the nested paired bootstrap (training
+seeds resampled, then instances within each seed) and the seed-level t-interval beside it, the row grammar, and the
+rule that test runs once, fully specified (settings, seeds, rows, commit), and prints when every seed is in."""
 
 from __future__ import annotations
 
@@ -32,38 +33,70 @@ def cells_for(effect: float, seed_sd: float, noise_sd: float, rng, seeds=3, inst
 def test_the_interval_holds_a_known_effect_and_covers_zero_without_one():
     rng = np.random.default_rng(1)
     mine, reference = cells_for(1.0, 0.1, 0.5, rng)
-    mean, low, high, n_seeds, n_instances = _stages.hierarchical_interval(mine, reference, resamples=1000)
+    mean, low, high, n_seeds, n_instances = _stages.nested_interval(mine, reference, resamples=1000)
     assert (n_seeds, n_instances) == (3, 36)
     assert low < 1.0 < high and low > 0
+    t_mean, t_low, t_high, _, _ = _stages.seed_t_interval(mine, reference)
+    assert t_mean == pytest.approx(mean) and t_low < 1.0 < t_high
     mine, reference = cells_for(0.0, 0.1, 0.5, rng)
-    _, low, high, _, _ = _stages.hierarchical_interval(mine, reference, resamples=1000)
+    _, low, high, _, _ = _stages.nested_interval(mine, reference, resamples=1000)
     assert low < 0 < high
 
 
 def test_seed_to_seed_noise_widens_the_interval():
     """Resampling training seeds is what makes one lucky seed unable to carry a claim: the same cells with a
     large per-seed spread give a wider interval than with none."""
-    narrow = _stages.hierarchical_interval(*cells_for(1.0, 0.0, 0.5, np.random.default_rng(2)), resamples=1000)
-    wide = _stages.hierarchical_interval(*cells_for(1.0, 1.5, 0.5, np.random.default_rng(2)), resamples=1000)
+    narrow = _stages.nested_interval(*cells_for(1.0, 0.0, 0.5, np.random.default_rng(2)), resamples=1000)
+    wide = _stages.nested_interval(*cells_for(1.0, 1.5, 0.5, np.random.default_rng(2)), resamples=1000)
     assert wide[2] - wide[1] > 2 * (narrow[2] - narrow[1])
 
 
-def test_coverage_is_about_95_percent_under_the_null():
-    rng = np.random.default_rng(3)
-    covered = 0
-    for _ in range(60):
-        mine, reference = cells_for(0.0, 0.3, 1.0, rng, seeds=3, instances=12)
-        _, low, high, _, _ = _stages.hierarchical_interval(mine, reference, resamples=400)
-        covered += low <= 0 <= high
-    assert covered >= 48  # 80% at the least over 60 draws; a broken resampler (no seed level) covers far less
+def coverage(seeds: int, instances: int, seed_sd: float, draws: int = 300) -> tuple[float, float]:
+    """The share of ``draws`` simulated datasets (a planted effect of 1, a per-training-seed shift of sd
+    ``seed_sd``, per-cell noise of sd 1) whose nested bootstrap (500 resamples) and seed t-interval cover 1."""
+    rng = np.random.default_rng(7)
+    nested = t = 0
+    for _ in range(draws):
+        mine, reference = cells_for(1.0, seed_sd, 1.0, rng, seeds, instances)
+        _, low, high, _, _ = _stages.nested_interval(mine, reference, resamples=500, seed=int(rng.integers(1 << 30)))
+        nested += low <= 1.0 <= high
+        _, low, high, _, _ = _stages.seed_t_interval(mine, reference)
+        t += low <= 1.0 <= high
+    return nested / draws, t / draws
+
+
+def test_the_nested_bootstrap_covers_a_planted_seed_effect_at_its_nominal_rate():
+    """300 simulated datasets whose training seeds shift the effect (sd 1, as large as the per-cell noise), 12
+    seeds: the nested bootstrap covers the planted effect in 95% of them (within 3 binomial sds: 0.91-0.99). A
+    resampler without the seed level, or one that resamples one instance set for every seed, covers far less."""
+    nested, t = coverage(seeds=12, instances=8, seed_sd=1.0)
+    assert 0.91 <= nested <= 0.99, nested
+    assert 0.91 <= t <= 0.99, t
+
+
+def test_with_three_seeds_the_t_interval_holds_its_level_and_the_bootstrap_does_not():
+    """Why the table prints a seed-level t-interval beside the bootstrap: with 3 training seeds there are 10
+    distinct seed draws and no draw leaves the seeds' range, so the bootstrap covers a planted seed effect in
+    ~80% of datasets, not 95%; the t-interval (2 degrees of freedom) stays at its nominal rate."""
+    nested, t = coverage(seeds=3, instances=12, seed_sd=1.0)
+    assert 0.91 <= t <= 0.99, t
+    assert nested < 0.88, nested
+
+
+def test_one_seed_has_no_seed_interval():
+    mine, reference = cells_for(1.0, 0.5, 0.5, np.random.default_rng(4), seeds=1)
+    mean, low, high, n_seeds, _ = _stages.seed_t_interval(mine, reference)
+    assert n_seeds == 1 and mean == mean and low != low and high != high
+    assert _stages.fmt_diff(_stages.both_intervals(mine, reference, resamples=200)).count("t - (1x36)") == 1
 
 
 def test_a_reference_without_seeds_pairs_with_every_seed():
     mine = {0: {"a": 3.0, "b": 4.0}, 1: {"a": 5.0, "b": 6.0}}
     base = {None: {"a": 1.0, "b": 2.0}}
-    mean, low, high, n_seeds, n_instances = _stages.hierarchical_interval(mine, base, resamples=200)
+    mean, low, high, n_seeds, n_instances = _stages.nested_interval(mine, base, resamples=200)
     assert mean == pytest.approx(3.0) and (n_seeds, n_instances) == (2, 2)
     assert 2.0 <= low <= high <= 4.0
+    assert _stages.seed_t_interval(mine, base)[0] == pytest.approx(3.0)
 
 
 def test_rows_parse_with_overrides_and_temperature():
@@ -78,17 +111,49 @@ def test_rows_parse_with_overrides_and_temperature():
         episode_rl.Row.parse("ppo")
 
 
-def test_test_runs_once_under_one_set_of_settings(tmp_path):
-    args = argparse.Namespace(
+def episode_args(**kw) -> argparse.Namespace:
+    """``episode_rl.py``'s arguments at their defaults (those the guard keeps), ``kw`` changed."""
+    settings = dict(
         steps=10, lr=2e-4, iterations=2, beta=0.1, bc_epochs=3.0, bc_lr=1e-3, sr_samples=2, max_turns=6,
         max_new_tokens=40, temperature=0.7, train_scenarios="verifiable:train", k=8, eval_seed=0, final=True,
+        seeds=[0, 1, 2],
     )  # fmt: skip
+    return argparse.Namespace(**{**settings, **kw})
+
+
+def test_test_runs_once_under_one_set_of_settings_seeds_rows_and_commit(tmp_path, monkeypatch):
+    """The guard keeps the settings, the training seeds, the row set and the code commit before a test run plays;
+    a run with other settings, other seeds or a part of the rows is refused, one at another commit may only
+    reprint (it gets a reason, and a caller plays nothing), and a first test run needs a clean checkout."""
+    monkeypatch.setattr(_stages, "code_commit", lambda: "abc123")
+    args = episode_args()
     rows = [episode_rl.Row.parse(r) for r in ("bc", "grpo")]
     episode_rl.Run(tmp_path, args).guard_test(rows)
-    episode_rl.Run(tmp_path, args).guard_test(rows[:1])  # the same settings, a row already run: allowed
-    args.lr = 1e-4
+    kept = json.loads((tmp_path / "test_settings.json").read_text())
+    assert kept["seeds"] == [0, 1, 2] and kept["rows"] == ["bc", "grpo"] and kept["commit"] == "abc123"
+    run = episode_rl.Run(tmp_path, args)
+    run.guard_test(rows)  # the same run again (a resumed one): allowed, and it may play
+    assert run.frozen is None
     with pytest.raises(SystemExit, match="test runs once"):
-        episode_rl.Run(tmp_path, args).guard_test(rows)
+        episode_rl.Run(tmp_path, args).guard_test(rows[:1])  # a part of the rows: refused
+    with pytest.raises(SystemExit, match="test runs once"):
+        episode_rl.Run(tmp_path, args).guard_test([*rows, episode_rl.Row.parse("sr")])  # a row added: refused
+    with pytest.raises(SystemExit, match="other seeds"):
+        episode_rl.Run(tmp_path, episode_args(seeds=[0, 1])).guard_test(rows)
+    with pytest.raises(SystemExit, match="other settings"):
+        episode_rl.Run(tmp_path, episode_args(lr=1e-4)).guard_test(rows)
+
+    monkeypatch.setattr(_stages, "code_commit", lambda: "def456")
+    run = episode_rl.Run(tmp_path, args)
+    run.guard_test(rows)  # another commit: the record may reprint, nothing is played
+    assert run.frozen and "abc123" in run.frozen
+    with pytest.raises(SystemExit, match="still to play"):
+        run.model(rows[0], 0, "test")
+
+    for commit in ("abc123+dirty", "unknown"):
+        monkeypatch.setattr(_stages, "code_commit", lambda commit=commit: commit)
+        with pytest.raises(SystemExit, match="clean git checkout"):
+            episode_rl.Run(tmp_path / commit, args).guard_test(rows)
 
 
 def records(goal_by_instance: dict[str, float]) -> list[dict]:
@@ -139,11 +204,99 @@ def test_grpo_is_compared_with_its_shuffled_control_directly(tmp_path, monkeypat
     argv = ["episode_rl.py", "--keep", str(tmp_path), "--split", "dev", "--seeds", "0,1", "--k", "1"]
     monkeypatch.setattr(sys, "argv", [*argv, "--rows", "bc,grpo,grpo-shuffled"])
     episode_rl.main()
-    assert "grpo vs grpo-shuffled, sampled [95% hier.]: +3.50 [+3.00, +4.00] (2x2)" in capsys.readouterr().out
+    contrast = "grpo vs grpo-shuffled, sampled [95% nested; seed t]: +3.50 [+3.00, +4.00]; t [+3.50, +3.50] (2x2)"
+    assert contrast in capsys.readouterr().out
 
     monkeypatch.setattr(sys, "argv", [*argv, "--rows", "bc,grpo"])  # without its control, no contrast is printed
     episode_rl.main()
     assert "vs grpo-shuffled" not in capsys.readouterr().out
+
+
+def write_test_records(folder: Path, seeds) -> None:
+    for row, by_instance in (("base", {"a": 0.0, "b": 1.0}), ("bc", {"a": 4.0, "b": 7.0})):
+        for seed in ["-"] if row == "base" else seeds:
+            (folder / "evals" / "test" / row).mkdir(parents=True, exist_ok=True)
+            (folder / "evals" / "test" / row / f"seed{seed}.json").write_text(json.dumps(records(by_instance)))
+
+
+def test_no_test_table_is_printed_before_the_last_seed(tmp_path, monkeypatch, capsys):
+    """A test run plays every recorded seed before it prints: a run stopped at seed 1 has printed nothing (seed
+    0's episodes are kept), and the resumed run prints the table with every seed in, and the record it ran under."""
+    monkeypatch.setattr(_stages, "code_commit", lambda: "abc123")
+    monkeypatch.setattr(episode_rl.Run, "spec", lambda self, row, seed: f"{row.text}/seed{seed}")
+    played: list[str] = []
+
+    def fake_play(spec, args, scenarios, seeds, temperature, **kw):
+        if spec == "bc/seed1" and "stop" in played:
+            raise KeyboardInterrupt  # the session ends mid-run
+        played.append(spec)
+        goal = {"smollm2-135m": 0.0}.get(spec, 5.0)
+        return [((i, s), fake_episode(goal)) for i in ("a", "b") for s in seeds]
+
+    monkeypatch.setattr(episode_rl, "play", fake_play)
+    argv = ["episode_rl.py", "--keep", str(tmp_path), "--split", "test", "--final", "--seeds", "0,1", "--k", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--rows", "base,bc"])
+    played.append("stop")
+    with pytest.raises(KeyboardInterrupt):
+        episode_rl.main()
+    assert capsys.readouterr().out == ""  # nothing printed before the last seed
+    assert (tmp_path / "evals" / "test" / "bc" / "seed0.json").is_file()
+    assert not (tmp_path / "evals" / "test" / "bc" / "seed1.json").exists()
+
+    played.clear()
+    episode_rl.main()
+    out = capsys.readouterr().out
+    assert played == ["bc/seed1", "bc/seed1"]  # only what was missing: seed 1, greedy and sampled
+    assert "| bc | test |" in out and "seeds [0, 1], rows ['base', 'bc'], commit abc123" in out
+
+    missing = {"base": {None: [1]}, "bc": {0: [1], 1: []}}
+    assert _stages.seeds_missing(missing, [0, 1]) == ["bc seed 1"]
+
+
+def fake_episode(goal: float):
+    """A stand-in for a played episode: what ``episode_rl.evaluate`` reads of one."""
+    from types import SimpleNamespace as NS
+
+    turn = NS(agent="me", action=NS(error=None))
+    log = NS(setup=NS(agent_names=["me", "partner"], scenario=NS(verifiable=NS(kind="bargaining"))), turns=[turn])
+    return NS(log=log, reward=NS(value=goal, success=goal > 5))
+
+
+def test_a_legacy_test_record_reprints_and_plays_nothing(tmp_path, monkeypatch, capsys):
+    """A guard written before seeds and commit were kept (``benchmarks/runs/episode_rl``'s) is legacy: its table
+    reprints with exactly the seeds its evaluations hold and its rows, and a run that would play a test episode
+    there is refused."""
+    (tmp_path / "test_settings.json").write_text(
+        json.dumps({"settings": episode_rl.settings_of(episode_args(k=1)), "rows": ["base", "bc"]})
+    )
+    write_test_records(tmp_path, [0, 1])
+    argv = ["episode_rl.py", "--keep", str(tmp_path), "--split", "test", "--final", "--k", "1", "--rows", "base,bc"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "0,1"])
+    episode_rl.main()
+    out = capsys.readouterr().out
+    assert "legacy record: reprint only" in out and "| bc | test | 5.50 | 5.50 |" in out
+
+    for seeds, message in (("0", "legacy test record holds training seeds"), ("0,1,2", "legacy test record holds")):
+        monkeypatch.setattr(sys, "argv", [*argv, "--seeds", seeds])
+        with pytest.raises(SystemExit, match=message):
+            episode_rl.main()
+    greedy_only = [r for r in records({"a": 4.0, "b": 7.0}) if r["temperature"] == 0.0]  # sampled still to play
+    (tmp_path / "evals" / "test" / "bc" / "seed1.json").write_text(json.dumps(greedy_only))
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "0,1"])
+    with pytest.raises(SystemExit, match="still to play"):
+        episode_rl.main()
+
+
+def test_the_committed_test_record_reprints(monkeypatch, capsys):
+    """``benchmarks/runs/episode_rl``: its legacy test guard reprints the table README section 10.0 shows."""
+    folder = Path(__file__).resolve().parent.parent / "benchmarks" / "runs" / "episode_rl"
+    rows = "base,bc,bc@0.3,bc@0.5,grpo,grpo-shuffled,sr,sr-grpo"
+    argv = ["episode_rl.py", "--keep", str(folder), "--split", "test", "--final", "--seeds", "0,1,2", "--rows", rows]
+    monkeypatch.setattr(sys, "argv", argv)
+    episode_rl.main()
+    out = capsys.readouterr().out
+    assert "legacy record: reprint only" in out
+    assert "sr-grpo | test | 4.45 | 3.78 |" in out and "+1.00 [+0.55, +1.46]; t [+0.63, +1.38] (3x36)" in out
 
 
 def test_a_stage_kept_without_its_adapter_trains_again_and_says_whether_its_weights_are_the_same(tmp_path):
@@ -190,7 +343,7 @@ def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
     by_seed[0].append({"instance": "g", "seed": 0, "greedy": True, "goal": 9.0})
     assert game_rl.goal_cells(by_seed, greedy=False) == {0: {"g#1": 1.0, "g#2": 2.0, "g#3": 3.0}}
     base = {None: [{"instance": "g", "seed": s, "greedy": False, "goal": 0.0} for s in (1, 2, 3)]}
-    mean, _, _, n_seeds, n_units = _stages.hierarchical_interval(
+    mean, _, _, n_seeds, n_units = _stages.nested_interval(
         game_rl.goal_cells(by_seed, False), game_rl.goal_cells(base, False), resamples=200
     )
     assert (mean, n_seeds, n_units) == (2.0, 1, 3)
@@ -203,11 +356,17 @@ def test_game_rl_pairs_by_episode_and_runs_test_once(tmp_path, monkeypatch):
         game="negotiation-game", role="proposer", bc_games=8, bc_epochs=2.0, bc_lr=1e-3, steps=6, lr=5e-4, k=4,
         groups=4, group_size=4, resample=2, max_new_tokens=64, temperature=0.7, seeds="0,1,2", eval_seed=0,
     )  # fmt: skip
-    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)
-    _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)  # the same run again: allowed
+    seeds = [0, 1, 2]
+    guard = lambda: _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True, seeds, "abc")  # noqa: E731
+    assert guard() is None
+    assert guard() is None  # the same run again: allowed
+    seeds = [0]
+    with pytest.raises(SystemExit, match="other seeds"):
+        guard()
+    seeds = [0, 1, 2]
     args.steps = 12
     with pytest.raises(SystemExit, match="test runs once"):
-        _stages.guard_test_once(tmp_path, game_rl.settings_of(args), game_rl.ROWS, True)
+        guard()
 
 
 def test_social_iqa_splits_are_disjoint_and_its_test_runs_once(tmp_path, monkeypatch):

@@ -4,12 +4,12 @@ knows. No model: every game here is played by rule players, so the file takes se
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import pytest
 
 from sotopia_env.agents.game_players import RulePlayer
-from sotopia_env.episodes.game_report import wilson
+from sotopia_env.episodes.game_report import role_win_rates, wilson
 from sotopia_env.episodes.runner import play
 from sotopia_env.evaluators import VerifiableJudge
 from sotopia_env.games.players import player_rng
@@ -28,21 +28,20 @@ def _play(setup, seed: int, agents=None):
 
 def test_every_werewolf_and_undercover_role_wins_between_a_fifth_and_four_fifths_on_game_test(library) -> None:
     """game:test, rule players in every seat, a fixed set of setups and seeds: each role's share of games won
-    lies in [0.2, 0.8], and so does its Wilson 95% interval's middle; the negotiation's seats' goals vary."""
-    won: Counter[tuple[str, str]] = Counter()
-    games: Counter[tuple[str, str]] = Counter()
+    lies in [0.2, 0.8], and so does its Wilson 95% interval's middle, counted in games (``role_win_rates``: a
+    role's seats in one game count that game once); the negotiation's seats' goals vary."""
     goals: dict[str, set[int]] = defaultdict(set)
+    logs = []
     for scenario in library.select("game:test"):
         for i, setup in enumerate(sample_setups([scenario], library, PER_SCENARIO, seed=0)):
             log = _play(setup, seed=i)
             assert log.rating is not None and log.rating.rated, scenario.id
-            for seat, name in enumerate(setup.agent_names):
-                role = (scenario.game.rules, scenario.game.role(seat).name)
-                rating = log.rating.of(name)
-                games[role] += 1
-                won[role] += int(bool(rating.success))
-                goals[role[1]].add(rating.scores["goal"].score) if role[0] == "negotiation" else None
-    elimination = {r: n for r, n in games.items() if r[0] in ("werewolf", "undercover")}
+            logs.append(log)
+            if scenario.game.rules == "negotiation":
+                for seat, name in enumerate(setup.agent_names):
+                    goals[scenario.game.role(seat).name].add(log.rating.of(name).scores["goal"].score)
+    rows = {(r.game, r.role): r for r in role_win_rates(logs)}
+    elimination = {role: row for role, row in rows.items() if role[0] in ("werewolf", "undercover")}
     assert set(elimination) == {
         ("werewolf", "werewolf"),
         ("werewolf", "villager"),
@@ -50,12 +49,25 @@ def test_every_werewolf_and_undercover_role_wins_between_a_fifth_and_four_fifths
         ("undercover", "civilian"),
         ("undercover", "undercover"),
     }
-    for role, n in elimination.items():
-        assert n >= 24 * (4 if role[1] == "civilian" else 1), role
-        low, high = wilson(won[role], n)
-        assert 0.2 <= won[role] / n <= 0.8 and 0.2 <= (low + high) / 2 <= 0.8, (role, won[role], n)
+    for role, row in elimination.items():
+        assert row.games == 3 * PER_SCENARIO, role  # games, not players: 3 instances x 32 games
+        assert 0.2 <= row.rate <= 0.8 and 0.2 <= (row.low + row.high) / 2 <= 0.8, (role, row.wins, row.games)
+    assert rows["werewolf", "seer"].wins == rows["werewolf", "villager"].wins  # one side: the same games won
+    assert rows["werewolf", "werewolf"].wins + rows["werewolf", "villager"].wins == 3 * PER_SCENARIO
     assert set(goals) == {"proposer", "responder-a", "responder-b"}
     assert all(len(scores) >= 3 for scores in goals.values()), goals  # not one outcome repeated
+
+
+def test_a_role_with_several_seats_counts_each_game_once(library) -> None:
+    """The win rates ``report`` prints count games, not players: 4 werewolf games give the villagers (3 seats a
+    game) and the wolves (2) n = 4 each, and the interval is Wilson's of those 4 games."""
+    (scenario,) = library.select(["werewolf-ashford"])
+    logs = [_play(setup, seed=i) for i, setup in enumerate(sample_setups([scenario], library, 4, seed=0))]
+    rows = {r.role: r for r in role_win_rates(logs)}
+    assert {role: row.games for role, row in rows.items()} == {"villager": 4, "seer": 4, "werewolf": 4}
+    for row in rows.values():
+        assert (row.low, row.high) == wilson(row.wins, 4)
+    assert rows["villager"].wins + rows["werewolf"].wins == 4
 
 
 @pytest.mark.parametrize("scenario_id", ["werewolf-fernhollow", "undercover-river-lake", "negotiation-prize-money"])

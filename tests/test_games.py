@@ -291,11 +291,11 @@ def test_cli_runs_a_game_with_one_spec_or_one_per_seat_and_benchmarks_roles(tmp_
     assert "game outcomes by role" in result.output
     roles = {(r["game"], r["role"]): r for r in json.loads(out.read_text())["roles"]}
     civilian, odd = roles[("undercover", "civilian")], roles[("undercover", "undercover")]
-    assert (civilian["games"], odd["games"]) == (12, 3)  # three test games: four civilians and one odd one each
-    assert civilian["wins"] == 4 * (odd["games"] - odd["wins"])  # one team wins each game
-    assert (civilian["low"], civilian["high"]) == pytest.approx(wilson(civilian["wins"], 12))
+    assert (civilian["games"], odd["games"]) == (3, 3)  # three test games, counted once a role (not per player)
+    assert civilian["wins"] == odd["games"] - odd["wins"]  # one team wins each game
+    assert (civilian["low"], civilian["high"]) == pytest.approx(wilson(civilian["wins"], 3))
     result = runner.invoke(app, ["report", "--tag", "benchmark-rule-player-vs-rule-player", "--store", store])
-    won = f"{civilian['wins']}/12"
+    won = f"{civilian['wins']}/3"
     assert result.exit_code == 0 and "game outcomes by role" in result.output and won in result.output
 
 
