@@ -44,7 +44,10 @@ class BiasedJudges:
     def __call__(self, body: dict[str, Any]) -> str:
         judge = str(body.get("model", ""))
         prompt = str(body["messages"][-1]["content"])
-        scenario = _SCENARIO.search(prompt).group(1)  # type: ignore[union-attr]
+        found = _SCENARIO.search(prompt)
+        if found is None:  # not a rating request: a preflight's one-token probe
+            return "OK"
+        scenario = found.group(1)
         if any(marker in scenario for marker in self.broken.get(judge, ())):
             return "I would rather not rate this one."
         names = [part.split(" = ", 1)[1] for part in _PARTICIPANTS.search(prompt).group(1).split(", ")]  # type: ignore[union-attr]

@@ -21,7 +21,8 @@ PAPERS = ("arXiv:2310.11667", "arXiv:2403.08715")  # SOTOPIA (ICLR 2024), SOTOPI
 def test_license_is_the_apache_2_text() -> None:
     text = (REPO / "LICENSE").read_bytes()
     assert hashlib.md5(text).hexdigest() == APACHE_2_MD5, "LICENSE is not the standard Apache License 2.0 text"
-    assert 'license = { text = "Apache-2.0" }' in (REPO / "pyproject.toml").read_text()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert 'license = "Apache-2.0"' in pyproject and 'license-files = ["LICENSE"]' in pyproject
 
 
 def test_citation_cff_is_valid() -> None:
