@@ -102,7 +102,10 @@ def add_character(request: Request, entry: dict[str, Any] = Body(...)) -> dict[s
 
 
 def _add(request: Request, section: str, entry: dict[str, Any]) -> dict[str, Any]:
-    entry = whole_numbers(entry)
+    try:
+        entry = whole_numbers(entry)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
     folder: Path = request.app.state.library_dir
     library = library_of(request)
     entry_id = entry.get("id")

@@ -40,15 +40,21 @@ SCENARIO_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"  # as ``profiles.Scenario.id``
 Spec = Annotated[str, Field(min_length=1, max_length=SPEC_CHARS, pattern=r"\S")]
 
 
-def whole_numbers(value: Any) -> Any:
+MAX_NESTING = 100  # levels of lists and objects a body may have: none of ours needs more than a few
+
+
+def whole_numbers(value: Any, depth: int = 0) -> Any:
     """``value`` (parsed JSON) with its integral floats as ints: JSON Schema's ``integer`` takes ``69.0``, a strict
-    pydantic ``int`` does not (and a lax one would also take ``"69"``, which the schema refuses)."""
+    pydantic ``int`` does not (and a lax one would also take ``"69"``, which the schema refuses). ``ValueError``
+    for a value nested deeper than ``MAX_NESTING`` (a 422, never the interpreter's recursion limit)."""
+    if depth > MAX_NESTING:
+        raise ValueError(f"the body is nested deeper than {MAX_NESTING} levels")
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: whole_numbers(v) for k, v in value.items()}
+        return {k: whole_numbers(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [whole_numbers(v) for v in value]
+        return [whole_numbers(v, depth + 1) for v in value]
     return value
 
 
