@@ -13,7 +13,14 @@ import typer
 
 from sotopia_env.cli.common import console, fail
 from sotopia_env.cli.listen import bind_or_fail, serve_on
-from sotopia_env.cli.options import AllowedHost, ApiBase, ScenariosDir, model_servers, served_hosts_or_fail
+from sotopia_env.cli.options import (
+    AllowedHost,
+    AllowedOrigin,
+    ApiBase,
+    ScenariosDir,
+    model_servers,
+    served_hosts_or_fail,
+)
 
 
 def openenv(
@@ -39,13 +46,7 @@ def openenv(
         "can play (the scenarios, partners and judge stay this server's).",
     ),  # fmt: skip
     allowed_host: list[str] = AllowedHost,
-    allowed_origin: list[str] = typer.Option(
-        None,
-        "--allowed-origin",
-        metavar="ORIGIN",
-        help="An origin (scheme://host[:port]) whose pages may POST and open WebSockets besides the server's own "
-        "(repeatable).",
-    ),
+    allowed_origin: list[str] = AllowedOrigin,
     api_base: list[str] = ApiBase,
     scenarios_dir: list[Path] = ScenariosDir,
 ) -> None:

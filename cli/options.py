@@ -65,6 +65,13 @@ AllowedHost = typer.Option(
     help="A Host name to answer besides localhost, 127.0.0.1, [::1] and --host (repeatable; '*.example.com' "
     "for subdomains). Any other Host is refused, against DNS rebinding.",
 )
+AllowedOrigin = typer.Option(
+    None,
+    "--allowed-origin",
+    metavar="ORIGIN",
+    help="An origin (scheme://host[:port]) whose pages may POST and open WebSockets besides the server's own "
+    "(repeatable), e.g. the public origin of a reverse proxy.",
+)
 
 
 def served_hosts_or_fail(host: str, allowed: list[str] | None, token: str | None) -> list[str]:

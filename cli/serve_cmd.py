@@ -15,6 +15,7 @@ from sotopia_env.cli.common import console, fail
 from sotopia_env.cli.listen import bind_or_fail, serve_on
 from sotopia_env.cli.options import (
     AllowedHost,
+    AllowedOrigin,
     ApiBase,
     ScenariosDir,
     Store,
@@ -70,13 +71,7 @@ def serve(
         "call (repeatable). Default: none; a spec that would call a provider's default endpoint (ollama/x: "
         "localhost:11434) is refused with a 403.",
     ),
-    allowed_origin: list[str] = typer.Option(
-        None,
-        "--allowed-origin",
-        metavar="ORIGIN",
-        help="An origin (scheme://host[:port]) whose pages may POST and open WebSockets besides the server's own "
-        "(repeatable), e.g. the public origin of a reverse proxy.",
-    ),
+    allowed_origin: list[str] = AllowedOrigin,
     forwarded_allow_ips: list[str] = typer.Option(
         None,
         "--forwarded-allow-ips",

@@ -77,7 +77,7 @@ def _fix(backend: RemoteBackend, url: str | None, kind: str) -> str:
         return f"check the model name ({where}--api-base must end where /chat/completions begins, e.g. .../v1)"
     if kind == "unreachable":
         return "start the server or correct --api-base" if url is not None else "check your network and the provider"
-    if kind in ("server_error", "rate_limited"):
+    if kind == "server_error":
         return "the service is failing: try again later, or use another server"
     return "check the model spec and --api-base"
 
@@ -95,7 +95,6 @@ def describe_failure(backend: RemoteBackend, url: str | None, failure: ServiceFa
         "model_not_found": "the server does not serve this model (or has no such path)",
         "unreachable": "nothing answers there",
         "server_error": "the server failed",
-        "rate_limited": "rate-limited",
         "unsupported": "a request this backend cannot make",
     }.get(failure.kind, "the request was refused")
     detail = str(failure).removeprefix(f"{backend.model}: ").removeprefix(f"{backend.model} at {url}: ")
