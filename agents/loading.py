@@ -1,4 +1,6 @@
-"""Build an agent from a spec: a model, an alias, ``human``, ``rule-partner``, ``rule-player`` or ``module:Class``.
+"""Build an agent from a spec: a model, an alias, ``human``, ``rule-partner``, ``rule-player``,
+``oracle-player`` (games), a verifiable kind's
+``baseline-random``/``-heuristic``/``-oracle`` (``agents.baselines``) or ``module:Class``.
 
 ``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
 folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages. Only the
@@ -27,6 +29,11 @@ from sotopia_env.errors import UserError, did_you_mean
 
 RULE_PARTNER = "rule-partner"
 RULE_PLAYER = "rule-player"
+ORACLE_PLAYER = "oracle-player"  # agents.game_players.OraclePlayer: a game seat handed every role
+BASELINE_SPECS = ("baseline-random", "baseline-heuristic", "baseline-oracle")  # agents.baselines: seat 1, verifiable
+NO_MODEL_SPECS = frozenset(
+    {"human", RULE_PARTNER, RULE_PLAYER, ORACLE_PLAYER, *BASELINE_SPECS}
+)  # agents that call no model
 _CUSTOM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -129,6 +136,14 @@ def load_agent(
         from sotopia_env.agents.game_players import RulePlayer
 
         return RulePlayer()
+    if spec == ORACLE_PLAYER:
+        from sotopia_env.agents.game_players import OraclePlayer
+
+        return OraclePlayer()
+    if spec in BASELINE_SPECS:
+        from sotopia_env.agents.baselines import load_baseline
+
+        return load_baseline(spec)
     if is_custom_spec(spec):
         return load_custom_agent(spec)
     from sotopia_env.agents.llm import LLMAgent
@@ -138,7 +153,7 @@ def load_agent(
     try:
         backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)
     except UnknownModel as exc:  # 'humna', 'rule-partnr': an agent's name misspelt reads as an unknown model
-        names = ["human", RULE_PARTNER, RULE_PLAYER]
+        names = ["human", RULE_PARTNER, RULE_PLAYER, ORACLE_PLAYER, *BASELINE_SPECS]
         if not difflib.get_close_matches(spec.strip().lower(), names, n=1, cutoff=0.6):
             raise
         hint = did_you_mean(spec, [*names, *EMBEDDED_MODELS])

@@ -37,8 +37,8 @@ class RulePartner:
             return
         if seat is not None and seat != PARTNER_SEAT:
             raise ValueError(f"rule-partner plays seat {PARTNER_SEAT + 1} (agent2), not seat {seat + 1}")
-        self.facts = facts_of(setup.scenario)
-        self.kind = kind_for(self.facts)
+        self.kind = kind_for(facts_of(setup.scenario))
+        self.facts = self.kind.resolved(facts_of(setup.scenario))  # the episode's draw (EpisodeSetup.drawn_with)
         self.variety = zlib.crc32(setup.scenario.id.encode())
 
     async def act(self, observation: Observation | dict) -> AgentAction:

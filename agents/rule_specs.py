@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, AgentSpecError
+from sotopia_env.agents.loading import BASELINE_SPECS, ORACLE_PLAYER, RULE_PARTNER, RULE_PLAYER, AgentSpecError
 from sotopia_env.evaluators import VERIFIABLE
-from sotopia_env.kinds import PARTNER_SEAT, require_verifiable
+from sotopia_env.kinds import LEARNER_SEAT, PARTNER_SEAT, require_verifiable
 from sotopia_env.profiles import Scenario
 
 
 def check_rule_specs(scenarios: Iterable[Scenario], agent_specs: Sequence[str], evaluator: str) -> None:
-    """Before playing: ``rule-partner`` only in seat 2 and on verifiable scenarios, ``rule-player`` only on games,
+    """Before playing: ``rule-partner`` only in seat 2 and on verifiable scenarios, a ``baseline-*`` only in seat 1
+    and on verifiable scenarios, ``rule-player`` and ``oracle-player`` only on games,
     and the ``verifiable`` judge only on either. Raises ``NotVerifiable`` or ``AgentSpecError`` with one line."""
     scenarios = list(scenarios)
     seats = [i for i, spec in enumerate(agent_specs) if spec == RULE_PARTNER]
@@ -19,11 +20,18 @@ def check_rule_specs(scenarios: Iterable[Scenario], agent_specs: Sequence[str], 
         raise AgentSpecError(f"{RULE_PARTNER} plays seat {PARTNER_SEAT + 1} only: pass it as --agent2 (or --partner)")
     if seats:
         require_verifiable(scenarios, RULE_PARTNER)
-    if RULE_PLAYER in agent_specs:
+    for seat, spec in enumerate(agent_specs):
+        if spec in BASELINE_SPECS:
+            if seat != LEARNER_SEAT:
+                raise AgentSpecError(f"{spec} plays seat {LEARNER_SEAT + 1} only: pass it as --agent1 (or --model)")
+            require_verifiable([s for s in scenarios if s.game is None], spec)
+            if any(s.game is not None for s in scenarios):
+                raise AgentSpecError(f"{spec} plays the verifiable kinds, not games (--scenarios verifiable)")
+    for player in (RULE_PLAYER, ORACLE_PLAYER):
+        if player not in agent_specs:
+            continue
         for scenario in scenarios:
             if scenario.game is None:
-                raise AgentSpecError(
-                    f"{RULE_PLAYER} plays games only, and {scenario.id!r} is not one (--scenarios game)"
-                )
+                raise AgentSpecError(f"{player} plays games only, and {scenario.id!r} is not one (--scenarios game)")
     if evaluator.strip().lower() == VERIFIABLE:
         require_verifiable([s for s in scenarios if s.game is None], f"--evaluator {VERIFIABLE}")

@@ -29,7 +29,11 @@ reuses what is there, episode by episode):
 - ``grpo-shuffled``: the same, with each group's rewards permuted among its episodes (``shuffle_rewards``): the
   same compute and no signal, so its interval against BC must cover 0. This is the control that can fail.
 - ``grpo-dense``: ``grpo`` with ``dense_reward: 2`` (partial credit, success dominating).
-- ``sr-grpo``: ``grpo`` from the SR adapter (the SOTOPIA-RL question: RL on top of the SOTOPIA-pi recipe).
+- ``sr-grpo``: ``grpo`` from the SR adapter (the SOTOPIA-RL question: RL on top of the SOTOPIA-pi recipe), and
+  ``sr-grpo-shuffled``, its shuffled-reward control.
+- ``random``, ``heuristic``, ``oracle``: the kinds' baselines (``agents.baselines``; the heuristic is the BC
+  expert), played on the same instances, seeds and turn limit as every row: the floor, the script BC imitates, and
+  the ceiling.
 - ``grpo-lr0``: learning rate 0, a reproducibility check only (bit-identical to BC by construction).
 
 A row may carry GRPO overrides and an evaluation temperature: ``grpo[learning_rate=1e-4,beta=0.2]`` trains its
@@ -65,19 +69,21 @@ from pathlib import Path
 from _stages import INTERVALS, both_intervals, fmt_diff, guard_test_once, run_stage, seeds_missing, stage_kept
 
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
-TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "grpo-lr0")
+BASELINES = ("random", "heuristic", "oracle")  # agents.baselines: untrained rows, beside every learned one
+TRAINED = ("bc", "sr", "grpo", "grpo-shuffled", "grpo-dense", "sr-grpo", "sr-grpo-shuffled", "grpo-lr0")
 GRPO_ROWS = {  # row -> (the stage it starts from, the overrides it always has)
     "grpo": ("bc", {}),
     "grpo-shuffled": ("bc", {"shuffle_rewards": True}),
     "grpo-dense": ("bc", {"dense_reward": 2.0}),
     "grpo-lr0": ("bc", {"learning_rate": 0.0}),
     "sr-grpo": ("sr", {}),
+    "sr-grpo-shuffled": ("sr", {"shuffle_rewards": True}),
 }
 SPLITS = {"dev": "verifiable:dev", "test": "verifiable:test"}
 # what the table compares each trained row with (the stage it was trained from)
 REFERENCE = {"bc": "base", "sr": "bc", **{row: start for row, (start, _) in GRPO_ROWS.items()}}
 # rows the table also compares directly: the true reward against its control of the same compute and no signal
-CONTRASTS = (("grpo", "grpo-shuffled"),)
+CONTRASTS = (("grpo", "grpo-shuffled"), ("sr-grpo", "sr-grpo-shuffled"))
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,10 @@ class Row:
     @classmethod
     def parse(cls, text: str) -> Row:
         match = re.fullmatch(r"([a-z0-9-]+)(?:\[([^\]]*)\])?(?:@([0-9.]+))?", text.strip())
-        if not match or match.group(1) not in ("base", *TRAINED):
-            raise SystemExit(f"--rows: {text!r} is not NAME[key=value,...][@T] with NAME one of base, {TRAINED}")
+        if not match or match.group(1) not in ("base", *BASELINES, *TRAINED):
+            raise SystemExit(
+                f"--rows: {text!r} is not NAME[key=value,...][@T] with NAME one of base, {BASELINES}, {TRAINED}"
+            )
         overrides = []
         for item in filter(None, (match.group(2) or "").split(",")):
             key, _, value = item.partition("=")
@@ -142,12 +150,33 @@ def play(spec: str, args: argparse.Namespace, scenarios: str, seeds: list[int], 
     rollout = make_rollout(rollout_config(args, scenarios, **kw), spec)
     rollout.settings = replace(rollout.settings, temperature=temperature)
     starts = [(s, seed) for s in rollout.setups for seed in seeds]
+    if spec.startswith("baseline-"):  # a baseline row: the same starts and env, the baseline in the learner's seat
+        return [((setup.scenario.id, seed), play_baseline(spec, rollout, setup, seed)) for setup, seed in starts]
     backend = LocalBackend.from_spec(spec, max_batch_size=args.batch)
     try:
         episodes = asyncio.run(play_many(rollout, backend, starts))
     finally:
         backend.close()
     return [((setup.scenario.id, seed), e) for (setup, seed), e in zip(starts, episodes, strict=True)]
+
+
+def play_baseline(spec: str, rollout, setup, seed: int):
+    """One episode of a baseline (``agents.baselines``) in seat 1 of ``setup``, judged as the rows' are."""
+    from sotopia_env.agents.loading import load_agent
+    from sotopia_env.episodes.runner import play as play_episode
+    from sotopia_env.rewards import episode_reward
+    from sotopia_env.training.episode_rollouts import Episode
+
+    seats = [load_agent(spec), rollout.partner_agent()]
+    log = asyncio.run(play_episode(setup, seats, rollout.evaluator, rollout.env, [spec, rollout.partner], seed=seed))
+    reward = episode_reward(log, 0, rollout.env.reward_dimension, rollout.turn_reward, rollout.dense_reward)
+    return Episode(log, reward, [], 0)
+
+
+def eval_scenarios(split: str, args: argparse.Namespace) -> str:
+    """The held-out instances: the split's, of ``--kinds`` alone when given."""
+    kinds = [k for k in getattr(args, "kinds", "").split(",") if k]
+    return ",".join(f"verifiable:{k}:{split}" for k in kinds) if kinds else SPLITS[split]
 
 
 def conditions(row: Row, args: argparse.Namespace) -> list[tuple[float, list[int]]]:
@@ -167,7 +196,7 @@ def evaluate(model: Callable[[], str], row: Row, split: str, args: argparse.Name
         seeds = [s for s in wanted if not any(r["temperature"] == temperature and r["seed"] == s for r in done)]
         if not seeds:
             continue
-        for (instance, seed), e in play(model(), args, SPLITS[split], seeds, temperature):
+        for (instance, seed), e in play(model(), args, eval_scenarios(split, args), seeds, temperature):
             record = {"instance": instance, "seed": seed, "temperature": temperature}
             if e.log is None or e.reward.value is None:
                 records.append({**record, "unrated": True})
@@ -198,8 +227,9 @@ def train_bc(
     scenarios_dir: Sequence[str] = (),
     example_filters: Sequence = (),
 ) -> dict:
-    """Expert demonstrations on the ``scenarios`` (from ``scenarios_dir`` too; deterministic: the same for every
-    seed), then a LoRA SFT on the won ones (``example_filters`` drop turns) with training seed ``seed``."""
+    """Expert demonstrations on the ``scenarios`` (from ``scenarios_dir`` too; ``--bc-demos`` episodes per
+    instance, each meeting its own drawn hidden type; deterministic: the same for every training seed), then a
+    LoRA SFT on the won ones (``example_filters`` drop turns) with training seed ``seed``."""
     from sotopia_env.agents.rule_partners import RulePartner
     from sotopia_env.episodes.runner import play as play_episode
     from sotopia_env.evaluators import VerifiableJudge
@@ -218,9 +248,10 @@ def train_bc(
                     VerifiableJudge(),
                     rollout.env,
                     [EXPERT, "rule-partner"],
-                    seed=args.eval_seed,
+                    seed=args.eval_seed + k,
                 )  # fmt: skip
                 for s in rollout.setups
+                for k in range(getattr(args, "bc_demos", 1))
             )
         )
 
@@ -307,6 +338,8 @@ class Run:
     def spec(self, row: Row, seed: int | None) -> str:
         if row.name == "base":
             return "smollm2-135m"
+        if row.name in BASELINES:
+            return f"baseline-{row.name}"
         self.ensure(row, seed)
         return str(self.stage_dir(row.stage, seed))
 
@@ -318,7 +351,7 @@ class Run:
         if stage_kept(self.stages, key, out):
             return
         if row.name == "bc":
-            trainer = lambda: train_bc(out, args, seed)  # noqa: E731
+            trainer = lambda: train_bc(out, args, seed, args.train_scenarios)  # noqa: E731
         elif row.name == "sr":
             self.ensure(Row.parse("bc"), seed)
             trainer = lambda: train_sr(out, self.stage_dir("bc", seed), args, seed)  # noqa: E731
@@ -334,7 +367,7 @@ class Run:
     def evaluations(self, row: Row, split: str, seeds: list[int]) -> dict[int | None, list[dict]]:
         """The row's evaluation records per training seed (``None`` for base), played where missing."""
         out: dict[int | None, list[dict]] = {}
-        for seed in [None] if row.name == "base" else seeds:
+        for seed in [None] if row.name in ("base", *BASELINES) else seeds:
             cached = self.folder / "evals" / split / row.text / f"seed{'-' if seed is None else seed}.json"
             done = json.loads(cached.read_text()) if cached.is_file() else []
             t0 = time.perf_counter()
@@ -380,6 +413,9 @@ def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
     keys = ("steps", "lr", "iterations", "beta", "bc_epochs", "bc_lr", "sr_samples", "max_turns", "max_new_tokens",
             "temperature", "train_scenarios", "k", "eval_seed")  # fmt: skip
     settings = {k: getattr(args, k) for k in keys}
+    for key, default in (("kinds", ""), ("bc_demos", 1)):  # kept only when set: older records keep their digest
+        if getattr(args, key, default) != default:
+            settings[key] = getattr(args, key)
     if row is not None:
         settings["overrides"] = dict(row.overrides)
     return settings
@@ -447,7 +483,8 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
         choices["best_bc"] = list(best)
         choices_file.write_text(json.dumps(choices, indent=2))
     best = choices.get("best_bc")
-    print(f"## Episode RL on verifiable:{split} ({SPLITS[split]}): seeds {args.seeds}, 1 greedy + {args.k} sampled\n")
+    where = eval_scenarios(split, args)
+    print(f"## Episode RL on verifiable:{split} ({where}): seeds {args.seeds}, 1 greedy + {args.k} sampled\n")
     print(
         f"Best BC condition on dev: {best[0] + (' greedy' if best[1] == 0 else f' at T {best[1]}') if best else '-'}\n"
     )
@@ -515,6 +552,8 @@ def main() -> None:
     parser.add_argument("--bc-lr", type=float, default=1e-3)
     parser.add_argument("--sr-samples", type=int, default=2, help="SR self-play episodes per train instance")
     parser.add_argument("--train-scenarios", default="verifiable:train")
+    parser.add_argument("--kinds", default="", help="evaluate these kinds only (comma list; default every kind)")
+    parser.add_argument("--bc-demos", type=int, default=1, help="expert episodes per train instance for BC")
     parser.add_argument("--batch", type=int, default=32, help="the local backend's batch size")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
@@ -533,7 +572,7 @@ def main() -> None:
     if args.train_only:
         for row in rows:
             for seed in args.seeds:
-                if row.name != "base":
+                if row.name in TRAINED:
                     run.ensure(row, seed)
         return
     if args.split == "test":

@@ -8,16 +8,18 @@ Rows (trained into ``RUN/<row>``, evaluated into ``RUN/evals/<row>-<split>.json`
 - ``base``: the embedded SmolLM2-135M-Instruct.
 - ``bc``: ``VerifiableExpert`` plays every persuasion train instance, the 8 shipped and ``--curriculum`` generated
   ones (``sotopia_env.generation.persuasion_curriculum``, written to ``RUN/curriculum``), against the rule
-  partner: it asks after the worry, then answers in the partner's words. Its turns up to the deal become SFT
-  examples (the prompts ``LLMAgent`` sends; the thank-you after the deal is left out), and a LoRA is trained.
+  partner: it asks what is on the partner's mind, then offers the remedy the cue lines point to (issue #57's
+  persuasion: a concern drawn per episode, remedies listed in the goal, graded by speed). Its turns up to the deal
+  become SFT examples (the prompts ``LLMAgent`` sends; the thank-you after the deal is left out), and a LoRA is trained.
 - ``bc-shipped``: the same on the 8 shipped train instances only (the control for the curriculum).
 - ``grpo``: episode GRPO from ``bc`` on the same train starts, ``dense_reward: --dense`` (the kind's partial
-  credit: 0.5 for asking after the worry, 1 for answering it; a win takes it all).
+  credit: 0.5 for offering the right remedy without the ask, 1 on agreement; 0 once a speech listed several).
 
 Evaluation: every ``verifiable:persuasion:SPLIT`` instance against the rule partner, greedy (seed S) and ``--k``
 episodes sampled at the training temperature (seeds S+1..S+k), the same for every row (paired). The table: win
-rate greedy and sampled; the share of sampled episodes that asked after the worry and that answered it; the
-paired difference in win rate from ``bc`` with a 95% bootstrap interval over instances; the share of GRPO groups
+rate greedy and sampled; the share of sampled episodes that offered the right remedy and that won; the
+paired difference in win rate from ``bc`` with a 95% bootstrap interval over instances (a win is any agreement;
+its goal is graded, 10 only for the right remedy at once); the share of GRPO groups
 (the sampled episodes of one instance, ``--group`` at a time) whose rewards are all equal, with the plain reward
 and with the dense one (the signal GRPO would have there); each stage's wall time and peak RSS. Not a test: run it
 by hand.
@@ -82,8 +84,8 @@ def train_grpo(out: Path, bc: Path, args: argparse.Namespace, scenarios_dir: lis
 
 
 def evaluate(spec: str, args: argparse.Namespace, done: list[dict]) -> list[dict]:
-    """One row per held-out episode: instance, seed, greedy, won, partial credit (0.5: asked after the worry and
-    heard it; 1: answered it), the learner's lines. Rows in ``done`` are kept, not played again."""
+    """One row per held-out episode: instance, seed, greedy, won, partial credit (0.5: offered the right remedy
+    without the ask; 1: agreement), the learner's lines. Rows in ``done`` are kept, not played again."""
     from sotopia_env.rewards import partial_credit
 
     rows = list(done)
@@ -124,7 +126,7 @@ def zero_variance_share(rows: list[dict], group: int, dense: float) -> float:
 def print_table(evals: dict[str, list[dict]], stages: dict[str, dict], args: argparse.Namespace) -> None:
     print(f"### Persuasion on verifiable:persuasion:{args.split}: 1 greedy + {args.k} sampled episodes per instance\n")
     print(
-        "| row | wins, greedy | wins, sampled | asked / answered (sampled) | vs bc, sampled [95% paired] | "
+        "| row | wins, greedy | wins, sampled | right remedy / won (sampled) | vs bc, sampled [95% paired] | "
         f"zero-var groups of {args.group}: plain / dense {args.dense:g} | stage time | peak RSS |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

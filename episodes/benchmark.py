@@ -181,7 +181,7 @@ def plan_benchmark(spec: BenchmarkSpec, library: Library, store: EpisodeStore) -
         return BenchmarkPlan(spec, chosen, jobs)
     setups = protocol_setups(store, get_protocol(spec.protocol))
     chosen = list({s.scenario.id: s.scenario for s in setups}.values())
-    check_rule_specs(chosen, ["", spec.partner], spec.evaluator)
+    check_rule_specs(chosen, [spec.model, spec.partner], spec.evaluator)
     return BenchmarkPlan(spec, chosen, setup_versus_jobs(setups, spec.model, spec.partner))
 
 

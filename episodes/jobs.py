@@ -51,7 +51,7 @@ def benchmark_jobs(
     chosen = library.select(selector)
     if not chosen:
         raise ValueError(f"--scenarios {selector!r} selects no scenario")
-    check_rule_specs(chosen, ["", partner], evaluator)
+    check_rule_specs(chosen, [model, partner], evaluator)
     return chosen, versus_jobs(chosen, library, model, partner, n, seed)
 
 

@@ -177,6 +177,7 @@ async def play(
     """Steps 1-2 for direct use: play one episode to its end, then ``rate`` it (when given an evaluator).
     Stores nothing; raises what breaks. ``run_episode`` calls it without an evaluator and rates next."""
     started = time.perf_counter()
+    setup = setup.drawn_with(seed)  # the hidden type the partner plays on and the judge reads, stored with the log
     env = SocialEnv(setup=setup, config=config)  # no evaluator: rating is step 2, off the env's sync path
     for seat, agent in enumerate(agents):
         reset_agent(agent, setup, seat, seed)

@@ -99,12 +99,12 @@ def provider_of(spec: str) -> str | None:
 def reaches_a_model_server(spec: str) -> bool:
     """Whether an agent or judge built from ``spec`` calls a model server: not a rule agent, a human seat, a
     registered judge, ``none``, code (``module:Class``, checked on its own) or a model run here."""
-    from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, is_custom_spec
+    from sotopia_env.agents.loading import NO_MODEL_SPECS, is_custom_spec
     from sotopia_env.backends.resolve import is_local_spec
     from sotopia_env.evaluators import evaluator_names
 
     spec = spec.strip()
-    if spec.lower() in {"human", "none", RULE_PARTNER, RULE_PLAYER, *evaluator_names()}:
+    if spec.lower() in {"none", *NO_MODEL_SPECS, *evaluator_names()}:
         return False
     return not (is_custom_spec(spec) or is_local_spec(spec))
 

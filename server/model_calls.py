@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sotopia_env.agents.base import Agent
-from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER
+from sotopia_env.agents.loading import NO_MODEL_SPECS
 
-NO_MODEL_AGENTS = frozenset({"human", RULE_PARTNER, RULE_PLAYER})
+NO_MODEL_AGENTS = NO_MODEL_SPECS
 
 
 def calls_a_model(spec: str) -> bool:

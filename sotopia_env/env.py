@@ -221,6 +221,7 @@ class SocialEnv(ParallelEnv):
             setup = self._fixed_setup
         else:
             setup = self.setup
+        setup = setup.drawn_with(seed)  # a verifiable scenario's hidden type, per episode (already drawn: kept)
         self._admit(setup)
         self.setup = setup
         self._seat_names(setup)

@@ -6,6 +6,7 @@ training data all take one.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from typing import Any
 
@@ -50,6 +51,21 @@ class EpisodeSetup(BaseModel):
     def pairing_key(self) -> str:
         """Identifies the (scenario, characters) pairing; ``episodes.log.combo_key`` adds models and repeat."""
         return "|".join([self.scenario.id, *(c.id for c in self.characters)])
+
+    def drawn_with(self, seed: int | None) -> EpisodeSetup:
+        """This setup with its scenario's hidden type drawn for the episode's ``seed`` (a verifiable scenario whose
+        kind has a distribution: ``Kind.draw``); any other setup, or one already drawn, is returned as it is.
+
+        The draw's seed mixes the pairing (scenario and characters) with ``seed``, so repeats and pairings of one
+        instance meet different hidden types, and the same episode always meets the same one."""
+        facts = self.scenario.verifiable
+        if facts is None or facts.hidden_seed is not None:
+            return self
+        from sotopia_env.kinds.registry import kind_for
+
+        key = f"{self.pairing_key}|{0 if seed is None else seed}".encode()
+        drawn = kind_for(facts).drawn_facts(facts, int.from_bytes(hashlib.sha256(key).digest()[:4], "big"))
+        return self.model_copy(update={"scenario": self.scenario.model_copy(update={"verifiable": drawn})})
 
     def check(self) -> None:
         """Raise ValueError if the setup breaks the scenario's seat count, constraints or names."""

@@ -53,8 +53,8 @@ def rating_reward(rating: EpisodeRating | None, agent: str, dimension: str = "go
 
 def partial_credit(episode: RatedEpisode, seat: int) -> float:
     """0..1 from the transcript alone on a verifiable scenario (0 elsewhere), by the kind's rules: bargaining, the
-    learner made a valid offer; scheduling, it proposed one slot that it can make; persuasion, the partner's
-    concern was addressed."""
+    learner made a valid offer; scheduling, it proposed one slot that it can make; persuasion, the remedy for the
+    partner's concern was offered (0.5) or accepted (1)."""
     facts = episode.setup.scenario.verifiable
     if facts is None:
         return 0.0
@@ -62,6 +62,7 @@ def partial_credit(episode: RatedEpisode, seat: int) -> float:
     learner, partner = episode.setup.agent_names[seat], episode.setup.agent_names[PARTNER_SEAT]
     turns = episode.turns
     speeches = [t.action.argument for t in turns if t.agent == learner and t.action.action_type is ActionType.speak]
+    facts = kind.resolved(facts)
     talk = kind.replay(facts, ((t.agent == partner, t.action) for t in turns))
     return kind.partial_credit(facts, speeches, talk)
 

@@ -2,6 +2,7 @@
 a whole episode through the CLI, and social_turns prompts from stored verifiable episodes."""
 
 import asyncio
+import json
 
 import pytest
 
@@ -15,18 +16,14 @@ from sotopia_env.episodes.runner import play
 from sotopia_env.evaluators import EpisodeContext, VerifiableJudge, aevaluate_safely, make_evaluator
 from sotopia_env.kinds import NotVerifiable, kind_for
 from sotopia_env.kinds.bargaining import BargainingFacts, numbers_in
-from sotopia_env.kinds.persuasion import (
-    MAX_CONCERN_WORDS,
-    MAX_FOREIGN,
-    PersuasionFacts,
-    addresses,
-    hear,
-    library_concerns,
-)
-from sotopia_env.kinds.scheduling import SchedulingFacts, slots_in
+from sotopia_env.kinds.base import ten
+from sotopia_env.kinds.persuasion import PersuasionFacts, first_person, goal_items, name_words, names, remedies_in
+from sotopia_env.kinds.scheduling import SchedulingFacts, items_in, slots_in
+from sotopia_env.kinds.split import SplitFacts, pool_in, read_share
 from sotopia_env.transcript import Turn
 
-BIKE = "verifiable-bargaining-bike"  # asking 450, budget 400, reservation 320, 4 rounds
+BIKE = "verifiable-bargaining-bike"  # asking 450, budget 400; FIXED_BIKE fixes the draw: reservation 320, 4 rounds
+FIXED_BIKE = {"reservation": 320, "style": "steady", "moods": None, "max_rounds": 4, "hidden_seed": 0}
 
 
 def _setup(library, scenario_id: str, **facts) -> EpisodeSetup:
@@ -80,17 +77,19 @@ def _scrambled(setup: EpisodeSetup) -> EpisodeSetup:
     if facts.kind == "bargaining":
         hidden = facts.model_copy(update={"reservation": 1, "asking_price": 2, "item": "x"})
     elif facts.kind == "scheduling":
-        hidden = facts.model_copy(update={"partner_slots": facts.slots[:1], "event": "x"})
+        hidden = facts.model_copy(update={"blocked": facts.items()[:1], "event": "x"})
+    elif facts.kind == "split":
+        hidden = facts.model_copy(update={"partner_values": facts.partner_values[::-1], "thresholds": [1]})
     else:
-        hidden = facts.model_copy(update={"concern": ["zzz"], "doubts": ["x", "y"], "request": "x"})
+        hidden = facts.model_copy(update={"concern": facts.concerns[-1].name, "first_cue": 1, "request": "x"})
     return setup.model_copy(update={"scenario": setup.scenario.model_copy(update={"verifiable": hidden})})
 
 
 def test_verifiable_expert_wins_every_kind_by_listening_and_never_reads_the_hidden_facts(library):
     """The BC warm-start's demonstrator (``training.experts.VerifiableExpert``, used by
     ``benchmarks/episode_rl.py``) on every train instance: one number or one slot per line, a deal inside the
-    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it asks after the worry
-    and answers it in the partner's words (or hears it in the doubts), never naming another or listing words. It
+    episode length the benchmark trains at, then a thank-you, never a leave. In persuasion it asks what is on the
+    partner's mind and offers the remedy the cue lines point to, one remedy per line, never a list. It
     acts on what seat 1 is shown: with other hidden facts, the same observations give the same words."""
     from sotopia_env.env import EnvConfig
     from sotopia_env.sampler import sample_setups
@@ -98,11 +97,11 @@ def test_verifiable_expert_wins_every_kind_by_listening_and_never_reads_the_hidd
 
     scenarios = sorted(library.select("verifiable:train"), key=lambda s: s.id)
     setups = sample_setups(scenarios, library, 1, seed=0)
-    assert len(setups) == 24
-    wins = {"bargaining": 0, "scheduling": 0, "persuasion": 0}
+    assert len(setups) == 32
+    wins = {"bargaining": 0, "scheduling": 0, "persuasion": 0, "split": 0}
     for setup in setups:
         expert = _Recorder(VerifiableExpert())
-        log = asyncio.run(play(setup, [expert, RulePartner()], VerifiableJudge(), EnvConfig(max_turns=6)))
+        log = asyncio.run(play(setup, [expert, RulePartner()], VerifiableJudge(), EnvConfig(max_turns=10)))
         goal, success = _goal(log)
         mine = [t.action for t in log.turns if t.agent == log.setup.agent_names[0]]
         facts = setup.scenario.verifiable
@@ -113,23 +112,30 @@ def test_verifiable_expert_wins_every_kind_by_listening_and_never_reads_the_hidd
         assert [asyncio.run(blind.act(obs)) for obs, _ in expert.seen] == [a for _, a in expert.seen], setup.scenario.id
         if facts.kind == "persuasion":
             for action in mine:
-                heard = hear(action.argument, facts.concern)
-                assert not heard.foreign and heard.words <= MAX_CONCERN_WORDS, (setup.scenario.id, action.argument)
+                assert len(remedies_in(action.argument, facts)) <= 1, (setup.scenario.id, action.argument)
             continue
-        assert success and goal >= 5, (setup.scenario.id, goal, [t.action.argument for t in log.turns])
+        if facts.kind == "split":  # every line before the thanks one valid offer; a deal is not always found
+            forms, counts = [(i.name, i.plural) for i in facts.items], facts.counts
+            offers = [a.argument for a in mine if a.argument != VerifiableExpert.THANKS]
+            assert all(isinstance(read_share(o, forms, counts), tuple) for o in offers), (setup.scenario.id, offers)
+            continue
+        floor = 1 if facts.kind == "scheduling" else 5  # scheduling: each question costs 2, a wrong guess 4
+        assert success and goal >= floor, (setup.scenario.id, goal, [t.action.argument for t in log.turns])
         for action in [a for a in mine if a.argument != VerifiableExpert.THANKS]:  # every one a speech (above)
             if facts.kind == "bargaining":
                 assert len(numbers_in(action.argument)) == 1
-            if facts.kind == "scheduling":
-                assert len(slots_in(action.argument, facts.slots)) == 1
+            if facts.kind == "scheduling":  # one slot proposed, or one day or time asked about
+                slots = slots_in(action.argument, facts.slots)
+                assert len(slots) == 1 or (not slots and len(items_in(action.argument, facts.items())) == 1)
     assert wins["bargaining"] == wins["scheduling"] == 8 and wins["persuasion"] >= 0.7 * 8  # 8 of 8 today
+    assert wins["split"] >= 4  # two offers against a drawn threshold
     with pytest.raises(ValueError, match="seat 1"):
         VerifiableExpert().reset(setup=setups[0], seat=1)
 
 
 def test_family_ships_with_splits_and_hides_its_facts(library):
     family = library.select("verifiable")
-    for kind in ("bargaining", "scheduling", "persuasion"):
+    for kind in ("bargaining", "scheduling", "persuasion", "split"):
         mine = [s for s in family if kind in s.tags]
         counts = {split: sum(s.split == split for s in mine) for split in ("train", "dev", "test")}
         assert counts == {"train": 8, "dev": 4, "test": 12}, (kind, counts)
@@ -142,18 +148,13 @@ def test_family_ships_with_splits_and_hides_its_facts(library):
             assert money in s.goals[0] and str(facts.reservation) not in seen, s.id
         elif isinstance(facts, SchedulingFacts):
             assert all(slot in s.goals[0] for slot in facts.agent_slots), s.id
-            assert not any(
-                slot.lower() in s.goals[0].lower() for slot in facts.partner_slots if slot not in facts.agent_slots
-            )
-        else:
-            heard = hear(seen, facts.concern)  # neither its own concern nor another: echoing its goal costs nothing
-            assert not heard.own and not heard.foreign, (s.id, heard)
-            assert len(facts.doubts) >= 2 and not any(addresses(d, facts.concern) for d in facts.doubts), s.id
-    # the shipped concerns are the judge's vocabulary: one per persuasion instance, no word shared between two
-    concerns = library_concerns()
-    assert len(concerns) == sum(isinstance(s.verifiable, PersuasionFacts) for s in family) == 24
-    words = [w for c in concerns for w in c]
-    assert len(words) == len(set(words))
+            assert facts.blocked is None and not slots_in(s.goals[1], facts.slots), s.id  # drawn per episode
+        elif isinstance(facts, PersuasionFacts):  # seat 1's goal lists every remedy; seat 2's names no concern
+            assert len(goal_items(s.goals[0])) == len(facts.concerns) >= 3, s.id
+            assert not any(names(s.goals[1], w) for c in facts.concerns for w in name_words(c.name)), s.id
+        elif isinstance(facts, SplitFacts):  # seat 1's goal states the pool and its own values; seat 2's no number
+            pool = pool_in(s.goals[0])
+            assert pool and list(pool.values) == facts.values and not any(ch.isdigit() for ch in s.goals[1]), s.id
     # opt-in: plain selectors and random sampling leave the family out; parts combine
     assert not any("verifiable" in s.tags for s in library.select("all") + library.select("test"))
     assert {s.id for s in library.select("verifiable:bargaining:test")} == {
@@ -182,17 +183,19 @@ def test_bargaining_partner_counters_then_accepts_and_handles_malformed_speech(l
         {"action_type": "non-verbal communication", "argument": "holds up three fingers"},  # no words: no offer
         "How about $300?",  # under the reservation: the 4th round, the partner leaves
     ]
-    log = _play(_setup(library, BIKE), lines)
+    log = _play(_setup(library, BIKE, **FIXED_BIKE), lines)
     said = _partner_lines(log)
     assert [kind for kind, _ in said] == ["speak", "speak", "speak", "leave"]
     assert "$450" in said[0][1] and "numbers" in said[1][1] and "$" in said[2][1]
     assert _goal(log) == (0, False) and log.termination_reason == "everyone_left"
 
-    log = _play(_setup(library, BIKE), ["I can offer $250.", "Okay, $300 then.", "Alright, $330.", "Thanks!"])
+    log = _play(
+        _setup(library, BIKE, **FIXED_BIKE), ["I can offer $250.", "Okay, $300 then.", "Alright, $330.", "Thanks!"]
+    )
     said = _partner_lines(log)
     counters = [numbers_in(text)[0] for _, text in said[:2]]
     assert counters[0] > counters[1] >= 320  # comes down, never below the reservation
-    assert "$330" in said[2][1] and said[3][0] == "leave"  # accepts, then says goodbye
+    assert "deal" in said[2][1] and "330" not in said[2][1] and said[3][0] == "leave"  # accepts, says goodbye
     assert _goal(log) == (9, True)  # (400 - 330) / (400 - 320) = 0.875 -> 9
 
 
@@ -210,17 +213,14 @@ def test_bargaining_partner_needs_a_verifiable_scenario_and_seat_two(library, tw
 
 def test_scheduling_partner(library):
     sid = "verifiable-scheduling-tutoring"
-    setup = _setup(library, sid)
-    facts = setup.scenario.verifiable
-    only_mine = next(s for s in facts.slots if s in facts.agent_slots and s not in facts.partner_slots)
-    both = next(s for s in facts.agent_slots if s in facts.partner_slots)
-    only_theirs = next(s for s in facts.partner_slots if s not in facts.agent_slots)
+    setup = _setup(library, sid, blocked=["thursday", "wednesday"])  # the partner can do Friday only
+    only_mine, both, only_theirs = "Wednesday afternoon", "Friday afternoon", "Friday morning"
     log = _play(setup, ["When would suit you?", f"{only_mine} or {both}?", f"Could we do {only_mine}?", f"{both}?"])
     said = [text for _, text in _partner_lines(log)]
-    assert facts.partner_slots[0] in said[0]  # no slot named: it names its first slot
-    assert "which" in said[1].lower() or "single" in said[1].lower()  # several slots: asks for one
-    assert facts.partner_slots[1] in said[2]  # declines, names its next slot
-    assert both in said[3] and _goal(log) == (10, True)
+    assert "Thursday" in said[0] and not slots_in(said[0], setup.scenario.verifiable.slots)  # a cue, no slot
+    assert "one" in said[1].lower()  # several slots: asks for one at a time
+    assert not slots_in(said[2], setup.scenario.verifiable.slots)  # declines, and names no other time
+    assert both in said[3] and _goal(log) == (2, True)  # 10 - 4 (declined) - 2 * 2 (cue, several slots)
 
     log = _play(setup, [f"Let's do {only_theirs}."])
     assert _goal(log) == (0, False) and _goal(log, 1) == (10, True)  # agreed, but on a slot the learner can't make
@@ -228,19 +228,17 @@ def test_scheduling_partner(library):
 
 def test_persuasion_partner(library):
     sid = "verifiable-persuasion-seat-swap"
-    setup = _setup(library, sid)
+    setup = _setup(library, sid, concern="travel sickness", first_cue=0)
     facts: PersuasionFacts = setup.scenario.verifiable
-    log = _play(
-        setup,
-        ["Would you swap seats with me, please?", "You'll still have a window seat, promise.", "So, would you swap?"],
-    )
+    lines = ["Would you swap seats with me, please?", "I can give you my window seat.", "So, would you swap?"]
+    log = _play(setup, lines)
     said = [text for _, text in _partner_lines(log)]
-    assert said[0] == facts.doubts[0]  # asked before the concern: a doubt
-    assert "ease my mind" in said[1] or "helps" in said[1]  # concern addressed, no question: reassured
-    assert "swap seats with you" in said[2] and _goal(log) == (10, True)
+    assert said[0] == facts.concerns[0].cues[0]  # no remedy offered: a cue line of the concern it holds
+    assert "actually help" in said[1] or "difference" in said[1]  # the right remedy, no question: reassured
+    assert "swap seats with you" in said[2] and _goal(log) == (10 - 2 * 3, True)  # two turns before the deal
 
-    log = _play(setup, [{"action_type": "non-verbal communication", "argument": "smiles at the window"}] * 5)
-    assert [k for k, _ in _partner_lines(log)] == ["speak"] * 4 + ["leave"]  # non-verbal never persuades
+    log = _play(setup, [{"action_type": "non-verbal communication", "argument": "smiles at the window"}] * 6)
+    assert [k for k, _ in _partner_lines(log)] == ["speak"] * 5 + ["leave"]  # non-verbal never persuades
     assert _goal(log) == (0, False)
 
 
@@ -249,126 +247,88 @@ def _persuasion(library) -> list[str]:
 
 
 def test_persuasion_cannot_be_stuffed(library):
-    """Issue #29: one line of every concern word in the library won 18 of 18 instances in one turn. Now a speech
-    that names other concerns of the library counts against the whole conversation: past ``MAX_FOREIGN`` of them
-    the partner stops listening, an earlier address included. Stuffing wins nothing, in one line or spread."""
-    words = sorted({w for concern in library_concerns() for w in concern})
-    assert len(words) >= 93
-    one_line = "Could you do it? I will take care of " + ", ".join(words)
-    size = -(-len(words) // 5)
-    spread = [
-        f"Could you do it? I will take care of {', '.join(words[i : i + size])}." for i in range(0, len(words), size)
-    ]
+    """Issue #29's stuffing, redone for issue #57's remedies: a speech that names several remedies is no offer (the
+    partner asks for one thing, and says no cue), in one line or spread over turns, so it wins nothing. The rest of
+    the kind's guards (the echo script, wrong remedies, goodwill): ``tests/test_kind_persuasion.py``."""
+    keys = sorted({k for s in _persuasion(library) for c in library.scenarios[s].verifiable.concerns for k in c.remedy})
+    one_line = "Could you do it? I will take care of " + ", ".join(keys)
     ids = _persuasion(library)
     assert len(ids) == 24
     for sid in ids:
         setup = _setup(library, sid)
+        items = [first_person(i) for i in goal_items(setup.scenario.goals[0])]
+        spread = [f"I can {a}, or {b}. Would you?" for a, b in zip(items, items[1:] + items[:1], strict=True)]
         for lines in ([one_line], spread):
             log = _play(setup, lines)
             assert _goal(log) == (0, False), (sid, [t.action.argument for t in log.turns])
         stuffed = AgentAction(action_type=ActionType.speak, argument=one_line)
         facts = setup.scenario.verifiable
         assert kind_for(facts).outcome_after(facts, [], stuffed).goal == 0  # the one-step reward too
-    log = _play(_setup(library, ids[0]), spread)
-    said = [text for _, text in _partner_lines(log)]
-    assert "listening" in said[0] and "listening" in said[-2] and _partner_lines(log)[-1][0] == "leave"
+    said = [text for _, text in _partner_lines(_play(_setup(library, ids[0]), [one_line]))]
+    assert "one thing" in said[0] or "really offering" in said[0]
 
 
-def test_persuasion_tolerates_a_few_wrong_guesses_then_stops_listening(library):
-    """Guessing is bounded: a learner may name ``MAX_FOREIGN`` other concerns in a conversation (a person forgives
-    a wrong guess or two) and still win with the right one; one more and nothing it says counts, not even an
-    address it made before. A guesser that names one concern per turn, always in the same order, therefore wins
-    exactly the instances whose concern is among its first ``MAX_FOREIGN + 1`` guesses."""
-    setup = _setup(library, "verifiable-persuasion-seat-swap")
-    facts: PersuasionFacts = setup.scenario.verifiable
-    others = [c for c in library_concerns() if set(c) != set(facts.concern)]
-    guesses = [f"I'll sort out the {c[0]}. Could you swap seats with me?" for c in others]
-    right = "You can have the window seat. Could you swap seats with me?"
-    log = _play(setup, [*guesses[:MAX_FOREIGN], right])
-    said = [text for _, text in _partner_lines(log)]
-    assert said[0].startswith(("That's not really", "No, that's not it")) and facts.doubts[0] in said[0]
-    assert _goal(log) == (10, True)
-    assert _goal(_play(setup, [*guesses[: MAX_FOREIGN + 1], right])) == (0, False)
-    # an address made earlier (no question yet) is undone by stuffing after it
-    three = " ".join(f"No {c[0]} trouble." for c in others[: MAX_FOREIGN + 1])
-    assert _goal(_play(setup, ["You can have the window seat.", f"{three} So, would you swap?"])) == (0, False)
-
-    order = library_concerns()
-    wins = []
+def test_an_honest_offer_of_the_right_remedy_that_asks_wins(library):
+    """Listening wins: the remedy of the concern the partner holds, as the goal lists it, asked, on every instance and
+    for every concern; offered at once (the oracle's move) it scores 10."""
     for sid in _persuasion(library):
-        guesser = [f"I'll take care of the {c[0]}. Could you help me?" for c in order[:5]]
-        if _goal(_play(_setup(library, sid), guesser))[1]:
-            wins.append(tuple(sorted(library.scenarios[sid].verifiable.concern)))
-    assert sorted(wins) == sorted(order[: MAX_FOREIGN + 1])
-
-
-def test_persuasion_listing_many_words_of_one_concern_is_no_address(library):
-    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
-    setup = _setup(library, "verifiable-persuasion-seat-swap", concern=words, max_rounds=2)
-    learner = setup.agent_names[0]
-    listed = f"{', '.join(words[: MAX_CONCERN_WORDS + 1])}: all taken care of. Could you swap?"
-    assert _judge(_context(setup, [listed, None]))[learner] == (0, False)
-    fine = f"{', '.join(words[:MAX_CONCERN_WORDS])}: all taken care of. Could you swap?"
-    assert _judge(_context(setup, [fine, None]))[learner] == (10, True)
-
-
-def test_an_honest_answer_that_names_the_worry_and_asks_wins(library):
-    """Listening still wins: a plain answer to the right worry, asked, on every instance; and an honest answer
-    that also touches another scenario's worry in passing ("tonight" is the ladder's)."""
-    for sid in _persuasion(library):
-        word = library.scenarios[sid].verifiable.concern[0]
-        assert _goal(_play(_setup(library, sid), [f"Don't worry about the {word}. Could you help me?"])) == (10, True)
-    cases = {
-        "verifiable-persuasion-tools": "I'll bring it back tonight, fully recharged. Could you lend it to me?",
-        "verifiable-persuasion-bus-money": "I'll pay you back tomorrow, I promise. Would you help me out?",
-        "verifiable-persuasion-seat-swap": "Sorry, I didn't think. Take my window seat, please.",
-    }
-    for sid, line in cases.items():
-        assert _goal(_play(_setup(library, sid), [line])) == (10, True), sid
+        facts: PersuasionFacts = library.scenarios[sid].verifiable
+        items = goal_items(library.scenarios[sid].goals[0])
+        for concern, item in zip(facts.concerns, items, strict=True):
+            log = _play(_setup(library, sid, concern=concern.name), [f"I can {first_person(item)}. Could you help me?"])
+            assert _goal(log) == (10, True), (sid, concern.name)
 
 
 def test_every_persuasion_instance_is_won_by_listening(library):
-    """Every instance, every split, can be won from the cues alone: the expert, with the worry taken away (so that
-    asking gets a doubt), hears the worry in the partner's first doubt and answers it, and wins each in two moves
-    (a new scenario whose doubts carry no cue a listener could hear fails here)."""
+    """Every instance, every split, every concern and first cue line can be won from the cues alone: the expert asks,
+    hears the concern in the cue lines (asking again while a shared line leaves two remedies tied) and offers its
+    remedy, then thanks the partner (a new scenario whose cue lines the expert's table cannot read fails here)."""
     from sotopia_env.training.experts import VerifiableExpert
 
     for sid in _persuasion(library):
-        setup = _setup(library, sid, worry=None)
-        log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge()))
-        mine = [t.action.argument for t in log.turns if t.agent == setup.agent_names[0]]
-        assert _goal(log) == (10, True) and mine[2] == VerifiableExpert.THANKS, (sid, mine)
+        facts: PersuasionFacts = library.scenarios[sid].verifiable
+        for concern in facts.concerns:
+            for first in range(len(concern.cues)):
+                setup = _setup(library, sid, concern=concern.name, first_cue=first)
+                log = asyncio.run(play(setup, [VerifiableExpert(), RulePartner()], VerifiableJudge()))
+                mine = [t.action.argument for t in log.turns if t.agent == setup.agent_names[0]]
+                assert _goal(log)[1] and _goal(log)[0] >= 4 and mine[-1] == VerifiableExpert.THANKS, (sid, mine)
 
 
 def test_bargaining_and_scheduling_resist_the_same_tricks(library):
     """What issue #29 asked to try on the other kinds; each holds. The judge pays only for a deal the partner's
     rules accept, and the learner's score is capped by its own constraint (its budget, its slots)."""
-    bike = _setup(library, BIKE)  # asking 450, budget 400, reservation 320, 4 rounds
+    bike = _setup(library, BIKE, **FIXED_BIKE)  # asking 450, budget 400, reservation 320, 4 rounds
     assert _goal(_play(bike, ["I'll pay $1,000,000."])) == (0, False)  # a huge offer: a deal over budget
     assert _goal(_play(bike, ["Fine, $450 then."])) == (0, False)  # the partner's own price: over budget
     every = " ".join(f"${p}" for p in range(0, 1001, 5))
     log = _play(bike, [every, "You said $450; I say $330.", "$330 or $340?"])
     assert [a for a, _ in _partner_lines(log)][:3] == ["speak"] * 3 and _goal(log) == (0, False)  # no offer at all
-    log = _play(bike, ["$100", "$150", "$200", "$250", "$300", "$320"])  # offers spread over more rounds than 4
+    log = _play(bike, ["$200", "$220", "$240", "$260", "$280", "$320"])  # offers spread over more rounds than 4
     assert _goal(log) == (0, False) and len(_partner_lines(log)) == 4  # the partner left after its 4th reply
+    log = _play(bike, ["$100", "$320"])  # under half the reservation: an insult, and the partner leaves at once
+    assert _goal(log) == (0, False) and _partner_lines(log)[0][0] == "leave"
     assert _goal(_play(bike, ["$320"])) == (10, True)  # the ceiling: the reservation itself, found by offering
 
     setup = _setup(library, "verifiable-scheduling-tutoring")
     facts: SchedulingFacts = setup.scenario.verifiable
     assert _goal(_play(setup, [" or ".join(facts.slots) + "?"])) == (0, False)  # every slot at once: no proposal
-    # every slot in turn: agreed on the first the partner can do, worth something only if the learner can make it
+    # every slot in turn: agreed on the first the partner can do (its draw), worth something only if the learner can
+    # make it, and less for each declined guess (tests/test_kind_scheduling.py holds the lister below the heuristic)
     for sid in sorted(s.id for s in library.select("verifiable") if s.verifiable.kind == "scheduling"):
         f: SchedulingFacts = library.scenarios[sid].verifiable
         log = _play(_setup(library, sid), [f"How about {slot}?" for slot in f.slots])
-        first = next(i for i, slot in enumerate(f.slots) if slot in f.partner_slots)
+        drawn: SchedulingFacts = log.setup.scenario.verifiable
+        first = next(i for i, slot in enumerate(f.slots) if drawn.suits(slot))
         fits = first < f.max_rounds and f.slots[first] in f.agent_slots
-        assert _goal(log) == ((10, True) if fits else (0, False)), sid
+        assert _goal(log) == ((max(1, 10 - 4 * first), True) if fits else (0, False)), sid
 
 
 def test_gymnasium_env_with_the_rule_partner(library):
     from sotopia_env.single_agent import SingleAgentSocialEnv
 
-    env = SingleAgentSocialEnv(partner=RulePartner(), setup=_setup(library, BIKE), evaluator=VerifiableJudge())
+    bike = _setup(library, BIKE, **FIXED_BIKE)
+    env = SingleAgentSocialEnv(partner=RulePartner(), setup=bike, evaluator=VerifiableJudge())
     env.reset(seed=0)
     text, reward, *_ = env.step('{"action_type": "speak", "argument": "Would you take $280?"}')
     counter = env.env.turns[-1].action.argument  # the partner answered within the step
@@ -400,7 +360,7 @@ def _judge(context: EpisodeContext) -> dict:
 
 
 def test_judge_scores_bargaining_exactly(library):
-    setup = _setup(library, BIKE, budget=400, reservation=320, asking_price=450)
+    setup = _setup(library, BIKE, **FIXED_BIKE)
     learner, partner = setup.agent_names
     assert _judge(_context(setup, ["$320", None])) == {learner: (10, True), partner: (0, True)}
     assert _judge(_context(setup, ["200", None, "$360", None])) == {learner: (5, True), partner: (3, True)}
@@ -418,13 +378,15 @@ def test_judge_scheduling_and_persuasion(library):
         "verifiable-scheduling-tutoring",
         slots=["Monday morning", "Tuesday morning", "Friday evening"],
         agent_slots=["Monday morning", "Tuesday morning"],
-        partner_slots=["Friday evening", "Tuesday morning"],
+        blocked=["monday"],
     )
     learner, _ = setup.agent_names
-    assert _judge(_context(setup, ["Monday morning?", None, "Tuesday morning then", None]))[learner] == (10, True)
+    # a declined guess costs 4; an agreement on a slot the learner cannot make is 0
+    assert _judge(_context(setup, ["Monday morning?", None, "Tuesday morning then", None]))[learner] == (6, True)
     assert _judge(_context(setup, ["Friday evening works", None]))[learner] == (0, False)
-    setup = _setup(library, "verifiable-persuasion-poster", concern=["tape"], max_rounds=2)
-    assert _judge(_context(setup, ["I'll use blue tape. Could you put it up?", None]))[learner] == (10, True)
+    setup = _setup(library, "verifiable-persuasion-poster", concern="paint damage", max_rounds=2)
+    assert _judge(_context(setup, ["I'll use removable putty. Could you put it up?", None]))[learner] == (10, True)
+    assert _judge(_context(setup, ["Hi!", None, "Putty, then. Please?", None]))[learner] == (7, True)
     assert _judge(_context(setup, ["Could you?", None, "Please?", None]))[learner] == (0, False)
 
 
@@ -491,15 +453,17 @@ def test_cli_episode_stored_rated_and_social_turns_prompts(tmp_path, monkeypatch
     learners = {log.setup.agent_names[0] for log in logs}
     assert set(data["agent"]) <= learners  # the rule partner's seat gives no prompts
     assert len(data) == sum(1 for log in logs for t in log.turns if t.agent == log.setup.agent_names[0])
-    # the first move of a bike episode (reservation $320, budget $400): its prompt states the learner's goal
+    # the first move of a bike episode (budget $400): its prompt states the learner's goal
     row = next(r for r in data if r["turn"] == 0 and r["scenario_id"] == BIKE)
     assert "Your goal: Buy a used road bike" in row["prompt"][0]["content"] + row["prompt"][-1]["content"]
 
-    # the exact one-step reward of candidate first moves
-    moves = [AgentAction(action_type="speak", argument=text).to_json() for text in ("$320?", "I can pay $330", "250")]
+    # the exact one-step reward of candidate first moves, on the facts that episode drew
+    reservation = json.loads(row["verifiable_state"])["facts"]["reservation"]
+    texts = (f"${reservation}?", f"I can pay ${reservation + 20}", f"${reservation - 1}", "$100")
+    moves = [AgentAction(action_type="speak", argument=text).to_json() for text in texts]
     completions = [[{"role": "assistant", "content": m}] for m in [*moves, "no action here"]]
-    scores = verifiable_turn([row["prompt"]] * 4, completions, verifiable_state=[row["verifiable_state"]] * 4)
-    assert scores == [10.0, 9.0, 0.0, None]
+    scores = verifiable_turn([row["prompt"]] * 5, completions, verifiable_state=[row["verifiable_state"]] * 5)
+    assert scores == [10.0, float(ten((400 - reservation - 20) / (400 - reservation))), 0.0, 0.0, None]
     assert verifiable_turn([row["prompt"]], completions[:1], verifiable_state=[""]) == [None]  # not verifiable
     task = build_task("social_turns", str(path), options={"judge": "none"})
     assert [getattr(f, "__name__", "") for f in task.rewards] == ["action_valid", "verifiable_turn"]
@@ -534,8 +498,10 @@ def test_readme_example_scenario_plays_and_is_judged(tmp_path, library):
     (tmp_path / "mine.yaml").write_text(yaml_text)
     lib = load_library([tmp_path])
     assert [s.id for s in lib.select("verifiable") if s.id == "my-bargain"] == ["my-bargain"]
-    log = _play(_setup(lib, "my-bargain"), ["Would you take 50?", "$55 then."])
-    assert _goal(log) == (10, True)  # (80 - 55) / (80 - 55)
+    setup = _setup(lib, "my-bargain")
+    log = _play(setup, ["Would you take 50?", "$70 then."])  # $70: above any reservation the range can draw
+    reservation = log.setup.scenario.verifiable.reservation
+    assert 48 <= reservation <= 66 and _goal(log) == (ten((80 - 70) / (80 - reservation)), True)
 
 
 def test_bad_hidden_facts_are_one_line_errors(tmp_path):
@@ -552,16 +518,18 @@ def test_bad_hidden_facts_are_one_line_errors(tmp_path):
     cases = {
         "{kind: bargaining, item: the lamp, asking_price: 90, budget: 50, reservation: 55}": "below budget 50",
         "{kind: haggling}": "does not match any of the expected tags",
-        "{kind: scheduling, event: x, slots: [Monday, Monday morning], agent_slots: [Monday], "
-        "partner_slots: [Monday]}": "must not contain each other",
-        "{kind: scheduling, event: x, slots: [Mon, Tue], agent_slots: [Mon], partner_slots: [Tue]}": "share no slot",
-        # persuasion: the doubts are the cues a listener has to go on; they hint at the concern, never name it
-        "{kind: persuasion, request: lend you my lamp, concern: [bulb]}": "doubts': Field required",
-        "{kind: persuasion, request: lend you my lamp, concern: [bulb], doubts: [It's old.]}": "at least 2 items",
-        "{kind: persuasion, request: lend you my lamp, concern: [bulb], doubts: [It's old., The bulbs are rare.]}": (
-            "doubts.*doubt 1 names the concern \\('bulb'\\)"
+        "{kind: scheduling, event: x, slots: [Monday, Monday morning], agent_slots: [Monday morning]}": (
+            "'Monday' is not a weekday and a time of day"
         ),
-        "{kind: persuasion, request: x, concern: [bulb, Bulb], doubts: [a, b]}": "concern.*distinct",
+        "{kind: scheduling, event: x, slots: [Monday morning, Tuesday evening], agent_slots: [Monday morning], "
+        "blocked: [monday]}": "rules out every one of agent_slots",
+        # persuasion: the cue lines are what a listener has to go on; they hint at a concern, never offer a remedy
+        "{kind: persuasion, request: lend you my lamp}": "concerns': Field required",
+        "{kind: persuasion, request: x, concerns: [{name: a, cues: [b, c], remedy: [d]}]}": "at least 3 items",
+        "{kind: persuasion, request: x, concerns: [{name: dim, cues: [Old., New bulbs are rare.], remedy: [bulb]},"
+        " {name: cost, cues: [e, f], remedy: [g]}, {name: heat, cues: [h, i], remedy: [j]}]}": (
+            "holds the remedy key phrase 'bulb'"
+        ),
     }
     for facts, message in cases.items():
         (tmp_path / "x.yaml").write_text(entry.replace("{FACTS}", facts))

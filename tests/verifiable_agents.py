@@ -4,20 +4,24 @@ from sotopia_env.agents.scripted import ScriptedAgent
 
 
 class Buyer(ScriptedAgent):
-    """Climbs from a low offer; on the bike (reservation $320) the third offer, $330, closes the deal."""
+    """Offers 60% of its budget, then 91%; on the bike (budget $400, reservation drawn from 265..364) the second
+    offer, $365, closes the deal whatever the draw."""
 
     def __init__(self) -> None:
-        super().__init__(["Hi! Would you take $250 for it?", "I could go to 300.", "Alright, $330."])
+        super().__init__(["Hi! Would you take $240 for it?", "Alright, $365."])
 
 
-def _every_concern_word() -> str:
-    from sotopia_env.kinds.persuasion import library_concerns
+def _every_remedy() -> str:
+    from sotopia_env.library import load_library
 
-    return ", ".join(sorted({w for concern in library_concerns() for w in concern}))
+    library = load_library()
+    scenarios = library.select("verifiable:persuasion")
+    return ", ".join(sorted({k for s in scenarios for c in s.verifiable.concerns for k in c.remedy}))
 
 
 class Stuffer(ScriptedAgent):
-    """Issue #29's exploit: one line that asks and names every concern word of the library's persuasion scenarios."""
+    """Issue #29's exploit, in issue #57's persuasion: one line that asks and names every remedy key phrase of the
+    library's persuasion scenarios."""
 
     def __init__(self) -> None:
-        super().__init__([f"Could you do it? I will take care of {_every_concern_word()}"])
+        super().__init__([f"Could you do it? I will take care of {_every_remedy()}"])

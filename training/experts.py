@@ -12,20 +12,10 @@ shown: each kind's expert policy (``sotopia_env.kinds``), played by one generic 
 from __future__ import annotations
 
 from sotopia_env.actions import ActionType, AgentAction
-from sotopia_env.episode_setup import EpisodeSetup
-from sotopia_env.kinds import LEARNER_SEAT, Kind, LearnerView, facts_of, kind_for
+from sotopia_env.agents.baselines import THANKS, KindPolicy, goal_of
 from sotopia_env.observation import Observation
-from sotopia_env.profiles import strip_hints
 
 _NONE = AgentAction(action_type=ActionType.none)
-
-
-def goal_of(observation: Observation) -> str:
-    """The agent's goal as the background states it, without ``<extra_info>``/``<strategy_hint>`` sections."""
-    for line in observation.background.splitlines():
-        if line.startswith("Your goal:"):
-            return strip_hints(line.removeprefix("Your goal:"))
-    return "find a solution that works for both of us"
 
 
 def _speak(text: str) -> AgentAction:
@@ -63,47 +53,20 @@ class ScriptedExpert:
         return script[self.moves - 1]
 
 
-class VerifiableExpert:
+class VerifiableExpert(KindPolicy):
     """Seat 1 of a verifiable scenario (``--scenarios verifiable``, partner ``rule-partner``): a demonstrator for a
     BC warm-start before episode RL (``benchmarks/episode_rl.py``).
-    Agent spec ``sotopia_env.training.experts:VerifiableExpert``.
+    Agent spec ``sotopia_env.training.experts:VerifiableExpert``; the same policy as ``baseline-heuristic``.
 
     It acts only on what seat 1 is shown: its goal and the scenario text (the observation's background) and the
     partner's words. Of the hidden facts it reads nothing but their kind (which the scenario's tags say too), and
-    plays the kind's expert policy (``Kind.propose``; each kind's module says how: a climbing offer, its own
-    slots, the answer to the worry it hears).
+    plays the kind's heuristic (``Kind.propose``; each kind's module says how).
 
-    Once the partner has agreed (``Kind.agreed``: it repeated the offer or slot, or said it is convinced) it thanks
-    it and lets the partner close; it never leaves first, so its demonstrations never teach leaving.
-    Deterministic: same conversation, same words.
+    Once the partner has agreed (``Kind.agreed``) it thanks it and lets the partner close; it never leaves first,
+    so its demonstrations never teach leaving. Deterministic: same conversation, same words.
     """
 
-    THANKS = "Thank you, that's settled then."  # its line after a deal
+    THANKS = THANKS
 
     def __init__(self) -> None:
-        self.kind: Kind | None = None
-
-    def reset(self, setup: EpisodeSetup | None = None, seat: int | None = None) -> None:
-        self.kind = None
-        if setup is None:
-            return
-        if seat is not None and seat != LEARNER_SEAT:
-            raise ValueError(f"VerifiableExpert plays seat {LEARNER_SEAT + 1} (agent1), not seat {seat + 1}")
-        self.kind = kind_for(facts_of(setup.scenario))  # the kind only: the rest of the facts stay hidden
-
-    async def act(self, observation: Observation | dict) -> AgentAction:
-        obs = Observation.from_env(observation)
-        if not obs.my_turn:
-            return _NONE
-        if self.kind is None:
-            raise RuntimeError("VerifiableExpert was not reset with the episode's setup (reset(setup=..., seat=0))")
-        spoken = [h for h in obs.history if h.action_type == ActionType.speak.value]
-        view = LearnerView(
-            goal=goal_of(obs),
-            moves=sum(h.agent == obs.agent for h in obs.history),
-            said=[h.argument for h in spoken if h.agent == obs.agent],
-            heard=[h.argument for h in spoken if h.agent != obs.agent],
-        )
-        if view.said and view.heard and self.kind.agreed(view):
-            return _speak(self.THANKS)
-        return _speak(self.kind.propose(view))
+        super().__init__("heuristic")

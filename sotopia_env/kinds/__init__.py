@@ -6,8 +6,10 @@ evaluator replays the transcript through the same rules and scores the goal exac
 everything about it (``sotopia_env.kinds.base`` says what):
 
 - ``bargaining``: an offer is the one number in a speech; the partner hides its reservation price;
-- ``scheduling``: a proposal is the one slot named; the partner hides the slots it can do;
-- ``persuasion``: the partner agrees once the learner has answered its hidden concern, then asked.
+- ``scheduling``: a proposal is the one slot named; the partner hides the days and times it cannot do and
+  answers a question about one of them;
+- ``persuasion``: the partner hides a concern (drawn per episode) behind cue lines and agrees to its remedy, asked;
+- ``split``: an offer names the learner's count of every item type; the partner hides its values and threshold.
 
 ``sotopia_env.kinds.registry`` finds them by name, with the games' rule sets (``sotopia_env.games``). Add a
 kind with one module: a ``Kind`` subclass and ``register_kind`` (or an entry point in ``sotopia_env.kinds``); see

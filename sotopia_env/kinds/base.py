@@ -21,6 +21,7 @@ the order let it act twice) is an opening line, or nothing. A learner that leave
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -67,6 +68,9 @@ class VerifiableFacts(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     kind: str
+    # set once the episode's hidden type is drawn (``Kind.draw``, through ``EpisodeSetup.drawn_with``): the seed it
+    # was drawn with. A stored episode keeps the drawn facts, so its judge reads what its partner played on.
+    hidden_seed: int | None = None
 
 
 # -- the conversation state ------------------------------------------------------------------------
@@ -136,6 +140,28 @@ class Kind:
     facts_model: ClassVar[type[VerifiableFacts]]
     talk_model: ClassVar[type[Talk]] = Talk
     LINES: ClassVar[dict[str, tuple[str, ...]]] = {}  # the partner's variants per move act, ``fields`` fill them
+    LEAVING: ClassVar[tuple[str, ...]] = _LEAVING  # the acts after which the partner has left (a kind may add its own)
+
+    # -- the episode's hidden type ----------------------------------------------------------------------------
+
+    def draw(self, facts: Any, rng: random.Random) -> Any:
+        """The facts of one episode: the hidden type (a price, a concern, values) drawn from the instance's
+        distribution with ``rng``, so that memorising an instance does not help. A kind without a distribution
+        returns ``facts`` as they are. ``hidden_seed`` is set by the caller (``drawn_facts``)."""
+        return facts
+
+    def drawn_facts(self, facts: Any, seed: int) -> Any:
+        """``facts`` with the hidden type drawn for ``seed`` (the same seed, the same draw); facts already drawn
+        stay as they are."""
+        if facts.hidden_seed is not None:
+            return facts
+        drawn = self.draw(facts, random.Random(seed))
+        return drawn.model_copy(update={"hidden_seed": seed})
+
+    def resolved(self, facts: Any) -> Any:
+        """``facts`` as the rules read them: drawn facts as they are; undrawn ones (a scenario judged or played
+        outside an episode, which draws) drawn for seed 0."""
+        return facts if facts.hidden_seed is not None else self.drawn_facts(facts, 0)
 
     # -- the rules: each kind writes these two ----------------------------------------------------------------
 
@@ -161,7 +187,7 @@ class Kind:
             move = Move("goodbye", None, talk.rounds)
         else:
             move = self.respond(facts, talk, pending)
-        if move.act in _LEAVING:
+        if move.act in self.LEAVING:
             talk.closed = True
         talk.moves.append(move)
         return move
@@ -179,22 +205,25 @@ class Kind:
 
     def replay(self, facts: Any, exchanges: Iterable[Exchange]) -> Talk:
         """The conversation state after every partner turn in ``exchanges``."""
-        return self._replay(facts, exchanges)[0]
+        return self._replay(self.resolved(facts), exchanges)[0]
 
     def next_move(self, facts: Any, exchanges: Iterable[Exchange]) -> Move:
         """The partner's move now, after ``exchanges`` (its own earlier turns included)."""
+        facts = self.resolved(facts)
         return self.step(facts, *self._replay(facts, exchanges))
 
     def outcome_after(self, facts: Any, exchanges: Iterable[Exchange], action: AgentAction) -> Outcome:
         """The outcome if the learner played ``action`` after ``exchanges``, the partner answered, and the episode
         ended there: a one-step, exact score of a move (``training.rl.social_turns``' ``verifiable_turn``)."""
         answer = (True, AgentAction(action_type=ActionType.none))
+        facts = self.resolved(facts)
         return self.outcome(facts, self.replay(facts, [*exchanges, (False, action), answer]))
 
     def judge(self, section: Any, names: Sequence[str], turns: Sequence[Turn], ended: str = "") -> Verdict:
         """The transcript replayed through the rules (``section``: the facts). It reads the learner's moves and
         when seat 2 answered, not seat 2's words: it assumes seat 2 followed the rules, as the rule partner does."""
         learner, partner = names[LEARNER_SEAT], names[PARTNER_SEAT]
+        section = self.resolved(section)
         outcome = self.outcome(section, self.replay(section, ((t.agent == partner, t.action) for t in turns)))
         return Verdict(
             goals={learner: outcome.goal, partner: outcome.partner_goal},
@@ -211,7 +240,7 @@ class Kind:
     def say(self, facts: Any, move: Move, turn: int, variety: int) -> AgentAction:
         """``move`` as the partner's action: ``LINES[move.act]``'s variant for this turn and scenario (``variety``)
         filled in; a move without lines is a silent leave (leaving moves) or nothing."""
-        leaving = move.act in _LEAVING
+        leaving = move.act in self.LEAVING
         lines = self.LINES.get(move.act)
         if not lines:
             return AgentAction(action_type=ActionType.leave if leaving else ActionType.none)
@@ -228,6 +257,19 @@ class Kind:
     def propose(self, view: LearnerView) -> str:
         """The expert's next line before agreement."""
         raise NotImplementedError(f"kind {self.name!r} has no expert policy")
+
+    # -- the baselines (agent specs ``baseline-random``, ``baseline-heuristic``, ``baseline-oracle``) ------------
+    #    ``propose`` above is the heuristic: the best short script on what seat 1 is shown (and the BC expert).
+
+    def random_line(self, view: LearnerView, rng: random.Random) -> str:
+        """The random baseline's next line: a legal move of this kind drawn at random (an offer, a proposal, a
+        question), knowing what seat 1 is shown but choosing blindly."""
+        raise NotImplementedError(f"kind {self.name!r} has no random baseline")
+
+    def oracle_line(self, facts: Any, view: LearnerView) -> str:
+        """The oracle's next line: it sees the episode's drawn hidden ``facts``; its mean goal is the kind's
+        ceiling in practice."""
+        raise NotImplementedError(f"kind {self.name!r} has no oracle")
 
     # -- partial credit (the dense reward) -------------------------------------------------------------------
 

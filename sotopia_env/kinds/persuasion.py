@@ -1,65 +1,90 @@
-"""Persuasion: the rule partner agrees to a request only once the learner has answered its hidden concern.
+"""Persuasion: the rule partner (seat 2) grants the learner's request once it is offered the remedy for its hidden
+concern, drawn per episode from the instance's concerns; it never names the concern, it lets it show.
 
-- **Rules.** A speech *names* a word when one of its words starts with it (``insur``: "insurance"; case and
-  spacing ignored). A learner speech *addresses* the partner's concern when (1) it names a word of the concern,
-  (2) it holds at most ``MAX_CONCERN_WORDS`` (5) concern words in all (distinct words of the speech at which a
-  word of any shipped concern, or of this one, begins), and (3) the learner's speeches so far, this one included,
-  have named at most ``MAX_FOREIGN`` (2) *other* concerns of the library. The library's concerns
-  (``library_concerns()``) are those of the shipped persuasion scenarios, every split; a speech names another
-  concern by one of that concern's words that is not one of this concern's, found once every word that starts
-  with one of this concern's words is blanked. (A scenario of your own is judged against the shipped concerns
-  and its own; adding a shipped persuasion scenario changes the vocabulary, so compare scores under one library
-  version.) Past ``MAX_FOREIGN`` the partner stops listening for the rest of the conversation: nothing
-  addresses its concern any more, an address made earlier included. The partner agrees when the concern has
-  been addressed (in that speech or earlier) and that speech asks: it has a question mark or a request phrase
-  (``ASK_CUES``). Otherwise it says its next doubt (after "that's not it" when the speech named other concerns
-  but not its own), or, once reassured, waits for the question, or, past ``MAX_FOREIGN``, says the learner is
-  not listening. The doubts are the scenario's cue lines: they hint at the concern and never name it (checked
-  on load), so a learner wins by hearing the worry in them and answering it. A learner may also *ask after the
-  worry* (``asks_after_worry``: a question with a worry word, "what would worry you about it?"): a scenario with
-  a ``worry`` (the concern in the partner's own words, naming it) then has the partner say it ("Since you ask,
-  what worries me is the cost of the petrol."), for a round, so a learner can answer in the partner's words.
-- **Judge.** 10 for both on agreement (success), else 0.
-- **Expert.** Opens by asking what would worry the partner. When the partner says its worry, the expert answers
-  it in the partner's own words (``echo``) and asks in the same line; otherwise it listens to the doubts and
-  answers the worry it hears in them (``WORRIES``: cue phrases and a one-sentence reassurance that names that
-  worry only). A worry it tried and that did not land is not tried again; when it hears no cue it asks what
-  would help.
-- **Partial credit** (the dense reward): ``REVEALED_CREDIT`` (0.5) once the learner asked after the worry and the
-  partner said it, 1 once the concern was addressed (as the rules replay it); 0 once the partner stopped
-  listening (past ``MAX_FOREIGN``), whatever came before.
+- **Facts.** An instance has a ``request`` and at least three ``concerns``; each has a ``name`` (a label the
+  partner never says), at least two ``cues`` (lines the partner says that hint at it) and a ``remedy`` (key
+  phrases: a learner speech that holds one of them *names* that remedy). A cue line listed under two concerns is
+  ambiguous between them; every concern has a cue line of its own. Checked on load: no remedy key phrase and no
+  word of a concern's name occurs in any cue line or in the request, no remedy key phrase occurs in another
+  remedy's, and each cue line belongs to at most two concerns. ``Kind.draw`` draws the episode's ``concern``
+  (uniformly) and ``first_cue`` (where in that concern's cue lines the partner starts); a scenario may pin
+  either. Seat 1's goal lists the remedies it may offer (``goal_items``), one per concern, not which concern
+  the partner holds.
+- **Rules.** Phrases match at the start of a word, case and spacing ignored (``insur`` in "insurance"). A speech
+  that names exactly one remedy is an *offer*. The right one (the drawn concern's) with an ask (a question mark
+  or a request phrase, ``ASK_CUES``) is accepted; without an ask the partner is reassured and waits for the
+  question (a later asking speech that names no remedy is then accepted). A wrong one costs goodwill: the partner
+  says it is not that, then its next cue line; at the ``max_wrong``-th (2) wrong offer it leaves. A speech that
+  names several remedies is no offer: the partner asks for one thing (no cue). Any other speech or action (small
+  talk, a question, the partner's own words echoed back) gets the partner's next cue line, in turn from
+  ``first_cue``, round and round. Every reply short of agreeing uses a round; the reply to the ``max_rounds``-th
+  (6) learner action without agreement is the partner leaving.
+- **Judge.** On agreement, learner goal = max(1, 10 - ``TURN_COST`` (3) x the learner's actions before the
+  accepted one - ``WRONG_COST`` (4) x wrong offers); success = agreement; partner 10. No agreement: 0 for both.
+- **Baselines.** Oracle (``oracle_line``): offers the drawn concern's remedy (its goal item) with an ask on its
+  first turn: 10. Heuristic (``propose``, the BC expert): asks what is on the partner's mind, then scores every
+  goal item it has not yet offered by the cue phrases heard so far that point to it (``WORRIES``: what a
+  considerate person hears in an objection and what would answer it; a phrase of a shared line points to two)
+  and offers the one clear best with an ask, or asks again while two tie. Random (``random_line``): small talk, a
+  question, or a random goal item with or without an ask, uniformly.
+- **Partial credit** (the dense reward): 1 on agreement, ``REMEDIED_CREDIT`` (0.5) once the right remedy was
+  offered alone, else 0; 0 whenever a speech named several remedies (stuffing).
 
-What the rules stand against, by design and in ``tests/test_verifiable.py``: a line that asks and names every
-concern word of the library, or the same words spread over several turns, wins no persuasion instance (asking
-after the worry first changes nothing, and earns no partial credit); guessing one concern per turn gets at most
-``MAX_FOREIGN + 1`` guesses per conversation. What they do not stand against: words are matched, not understood
-("I won't go near your window" names the window), and a learner that asks after the worry and then repeats it
-with a question ("The cost of the petrol? Could you?") is heard as answering it: the ``worry`` is there to be
-answered in the partner's own words.
+What this stands against: the partner never says its concern or a remedy, so echoing its words offers nothing
+(the old "is anything worrying you?" / "don't worry about <its words>" script scores 0); a line that lists every
+remedy is no offer, as often as it is said; guessing remedies one by one costs a turn and goodwill each and ends
+at the second wrong one. What it does not: words are matched, not understood ("I won't give you my window seat"
+offers the window seat).
 """
 
 from __future__ import annotations
 
+import random
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import ClassVar, Literal
 
-import yaml
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.kinds.base import Kind, LearnerView, Move, Outcome, Talk, VerifiableFacts, spoken
 
 ASK_CUES = ("?", "please", "would you", "could you", "can you", "will you", "may i", "can i", "let me")
-# a question with one of these asks after the partner's worry (``asks_after_worry``)
-WORRY_CUES = ("worr", "bother", "concern", "mind at rest", "what would help", "hesita", "problem", "what's wrong")
-REVEALED_CREDIT = 0.5  # partial credit once the learner asked after the worry and heard it
-MAX_FOREIGN = 2  # the library's other concerns a conversation may name before the partner stops listening
-MAX_CONCERN_WORDS = 5  # the concern words one speech may hold and still address the concern
+TURN_COST = 3  # goal points per learner action before the accepted one
+WRONG_COST = 4  # goal points per wrong remedy offered (goodwill)
+REMEDIED_CREDIT = 0.5  # partial credit once the right remedy was offered, not yet asked
+OFFER_LEAD = "What you could offer, one thing at a time:"  # seat 1's goal lists its remedies after this
+_NAME_WORD = 4  # words of a concern's name this long or longer are never said by the partner
+
+
+PARTNER_LINES: dict[str, tuple[str, ...]] = {  # every partner line but the cue lines, which fill {cue}
+    "open": ("Hey, what's up?", "Oh, hi! What's on your mind?"),
+    "accept": (
+        "Okay, that puts my mind at rest. I'll {request}.",
+        "Alright, in that case, yes: I'll {request}.",
+    ),
+    "cue": ("{cue}",),
+    "wrong": ("That's kind of you, but it isn't really that. {cue}", "Thanks, but no, that's not it. {cue}"),
+    "ask_one": (
+        "That's a lot of promises at once. What's the one thing you'd actually do?",
+        "Hold on, you're offering me everything under the sun. What is it you're really offering?",
+    ),
+    "reassured": (
+        "Oh, that would actually help. So what is it you'd like me to do?",
+        "Well, that does make a difference. What are you asking me, exactly?",
+    ),
+    "leave": (
+        "Sorry, I'm not going to {request}. I need to get going.",
+        "I've thought about it, and the answer is no. I have to go now.",
+    ),
+    "fed_up": (
+        "You keep offering me things I don't need. I'd rather not {request}. Bye.",
+        "I don't think you've heard a word I said. The answer is no, sorry.",
+    ),
+    "goodbye": ("See you later!", "Alright, talk soon!"),
+}
 
 
 def flat_text(text: str) -> str:
@@ -67,462 +92,368 @@ def flat_text(text: str) -> str:
     return " ".join(text.lower().replace("\u2019", "'").split())
 
 
-def concern_hits(text: str, words: Sequence[str]) -> list[str]:
-    """The ``words`` that occur in ``text`` at the start of a word (case-insensitive, spaces normalised):
-    ``insur`` occurs in "insurance", ``pay you back`` in "I'll pay you back", ``list`` not in "a playlist"."""
-    flat = flat_text(text)
-    return [w for w in words if re.search(rf"\b{re.escape(flat_text(w))}", flat)]
+@lru_cache(maxsize=4096)
+def _starts(phrase: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(flat_text(phrase))}")
+
+
+def names(text: str, phrase: str) -> bool:
+    """Whether ``phrase`` occurs in ``text`` at the start of a word (case and spacing ignored): ``putty`` in
+    "some putty", ``five minutes`` not in "fifteen minutes"."""
+    return bool(_starts(phrase).search(flat_text(text)))
+
+
+def asks(text: str) -> bool:
+    """Whether ``text`` asks: a question mark or a request phrase (``ASK_CUES``)."""
+    lowered = flat_text(text)
+    return any(cue in lowered for cue in ASK_CUES)
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a concern's name that the partner never says (``_NAME_WORD`` letters or more)."""
+    return [w for w in re.findall(r"[a-z']+", flat_text(name)) if len(w) >= _NAME_WORD]
+
+
+_GENERIC = [re.sub(r"\{\w+\}", " ", line) for lines in PARTNER_LINES.values() for line in lines]
+
+
+class Concern(BaseModel):
+    """One thing that may hold the partner back: its ``name`` (never said), its ``cues`` (lines the partner says
+    while it holds this concern) and its ``remedy`` (key phrases; a speech that holds one offers this remedy)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    name: str = Field(min_length=1)
+    cues: list[str] = Field(min_length=2)
+    remedy: list[str] = Field(min_length=1)
 
 
 class PersuasionFacts(VerifiableFacts):
-    """A request: the partner agrees to ``request`` only once the learner's speech has addressed its hidden
-    ``concern`` (any of these words, matched at the start of a word) and the learner then asks.
-
-    ``doubts`` are what the partner says while the concern is open, in turn: at least two, each a cue to the
-    concern as a real objection is ("I really need to be able to see outside" for a window seat), never naming
-    it (no concern word in a doubt: a learner must infer the concern, not echo it).
-    """
+    """A request the partner grants once offered the remedy for its hidden ``concern`` (one of ``concerns``,
+    drawn per episode) and asked. ``first_cue`` (drawn) is where in that concern's cue lines it starts."""
 
     kind: Literal["persuasion"] = "persuasion"
-    request: str = Field(min_length=1)  # as the partner says it: "lend you my car"
-    concern: list[str] = Field(min_length=1)  # hidden
-    doubts: list[str] = Field(min_length=2)  # cues to the concern, said in turn while it is open
-    worry: str | None = None  # the concern in the partner's own words, said when the learner asks after it
-    max_rounds: int = Field(default=5, ge=1)
+    request: str = Field(min_length=1)  # as the partner says it: "lend you my ladder"
+    concerns: list[Concern] = Field(min_length=3)
+    concern: str | None = None  # hidden, drawn: the name of the concern the partner holds
+    first_cue: int | None = Field(default=None, ge=0)  # drawn: its first cue line
+    max_rounds: int = Field(default=6, ge=1)
+    max_wrong: int = Field(default=2, ge=1)  # the wrong offer at which the partner leaves
 
-    @field_validator("concern")
-    @classmethod
-    def _concern(cls, words: list[str]) -> list[str]:
-        flat = [flat_text(w) for w in words]
-        if any(not w or not re.match(r"\w", w) for w in flat):
-            raise ValueError("concern words must be non-empty and start with a letter or digit")
-        if len(set(flat)) != len(flat):
-            raise ValueError("concern words must be distinct")
-        return words
+    @model_validator(mode="after")
+    def _honest(self) -> PersuasionFacts:
+        labels = [flat_text(c.name) for c in self.concerns]
+        if len(set(labels)) != len(labels):
+            raise ValueError("concern names must be distinct")
+        said = {line for c in self.concerns for line in c.cues}
+        for concern in self.concerns:
+            for line in [*concern.cues, self.request, *_GENERIC]:
+                word = next((w for w in name_words(concern.name) if names(line, w)), None)
+                if word is not None:
+                    raise ValueError(f"{line!r} says {word!r} of the concern {concern.name!r}; cues hint, never name")
+            for key in concern.remedy:
+                line = next((s for s in [*sorted(said), self.request, *_GENERIC] if names(s, key)), None)
+                if line is not None:
+                    raise ValueError(f"{line!r} holds the remedy key phrase {key!r}; no partner line offers a remedy")
+                other = next((o for o in self.concerns if o is not concern and any(
+                    names(k, key) or names(key, k) for k in o.remedy)), None)  # fmt: skip
+                if other is not None:
+                    raise ValueError(f"remedy key phrase {key!r} of {concern.name!r} overlaps one of {other.name!r}")
+            if all(sum(line in o.cues for o in self.concerns) > 1 for line in concern.cues):
+                raise ValueError(f"concern {concern.name!r} needs a cue line of its own")
+        for line in said:
+            if sum(line in c.cues for c in self.concerns) > 2:
+                raise ValueError(f"cue line {line!r} is shared by more than two concerns")
+        if self.concern is not None and flat_text(self.concern) not in labels:
+            raise ValueError(f"concern {self.concern!r} is none of the concerns' names")
+        return self
 
-    @field_validator("doubts")
-    @classmethod
-    def _doubts(cls, doubts: list[str], info: ValidationInfo) -> list[str]:
-        concern = info.data.get("concern") or []
-        for i, doubt in enumerate(doubts):
-            if not doubt.strip():
-                raise ValueError(f"doubt {i} is empty")
-            named = concern_hits(doubt, concern)
-            if named:
-                raise ValueError(
-                    f"doubt {i} names the concern ({named[0]!r}); a doubt hints at the concern, never names it"
-                )
-        return doubts
-
-    @field_validator("worry")
-    @classmethod
-    def _worry(cls, worry: str | None, info: ValidationInfo) -> str | None:
-        if worry is None:
-            return None
-        concern = info.data.get("concern") or []
-        named = concern_hits(worry, concern)
-        if concern and not named:
-            raise ValueError(f"the worry {worry!r} names no concern word; it is the concern in the partner's words")
-        if len(named) > MAX_CONCERN_WORDS:
-            raise ValueError(f"the worry {worry!r} names more than {MAX_CONCERN_WORDS} concern words")
-        if re.search(r"[.?!]\s*$", worry):
-            raise ValueError(f"the worry {worry!r} ends a line of the partner's: a phrase without end punctuation")
-        return worry
+    def held(self) -> Concern:
+        """The concern the partner holds (the facts drawn)."""
+        return next(c for c in self.concerns if flat_text(c.name) == flat_text(self.concern or self.concerns[0].name))
 
 
 @dataclass
 class PersuasionTalk(Talk):
-    addressed: bool = False
-    revealed: bool = False  # the partner said its worry, asked
-    foreign: list[tuple[str, ...]] = field(default_factory=list)  # other concerns named so far
+    cues: int = 0  # cue lines said so far
+    wrong: int = 0  # wrong remedies offered
+    remedied: bool = False  # the right remedy was offered
+    stuffed: bool = False  # a speech named several remedies
 
 
-@lru_cache(maxsize=1)
-def library_concerns() -> tuple[tuple[str, ...], ...]:
-    """The concerns of the shipped persuasion scenarios (``sotopia_env/data``, every split), each as its sorted
-    words (lower case): the vocabulary that tells a speech that names other concerns from one that listened.
-    Read from the shipped YAML itself (the library is loaded a layer above the kinds)."""
-    data = Path(str(resources.files("sotopia_env") / "data"))
-    found = set()
-    for path in sorted([*data.rglob("*.yaml"), *data.rglob("*.yml")]):
-        for entry in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("scenarios") or []:
-            facts = entry.get("verifiable") or {}
-            if facts.get("kind") == PersuasionFacts.model_fields["kind"].default:
-                concern = PersuasionFacts.model_validate(facts).concern
-                found.add(tuple(sorted({flat_text(w) for w in concern})))
-    return tuple(sorted(found))
+def remedies_in(text: str, facts: PersuasionFacts) -> list[str]:
+    """The names of the concerns whose remedy ``text`` names (any of its key phrases), in the facts' order."""
+    return [c.name for c in facts.concerns if any(names(text, key) for key in c.remedy)]
 
 
-_WORD = re.compile(r"[\w']*")
+_PERSON = {"you are": "I am", "you get": "I get", "yourself": "myself", "yours": "mine", "your": "my", "you": "me",
+           "them": "you", "their": "your"}  # fmt: skip
+_PERSON_RE = re.compile(r"\b(" + "|".join(sorted(_PERSON, key=len, reverse=True)) + r")\b", re.IGNORECASE)
 
 
-def _any(words: Iterable[str], lookahead: bool = False) -> re.Pattern[str] | None:
-    """``\\b`` then any of ``words`` (longest first); zero-width with ``lookahead``, to find every start."""
-    alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-    if not alternatives:
-        return None
-    return re.compile(rf"\b(?=(?:{alternatives}))" if lookahead else rf"\b(?:{alternatives})")
+def first_person(item: str) -> str:
+    """A goal item as seat 1 says it to the partner: "give them your window seat" -> "give you my window seat"."""
+    return _PERSON_RE.sub(lambda m: _PERSON[m.group(1).lower()], item)
 
 
-@lru_cache(maxsize=4096)
-def _starts(word: str) -> re.Pattern[str]:
-    return re.compile(rf"\b{re.escape(flat_text(word))}")
-
-
-@dataclass(frozen=True)
-class _Ear:
-    """The compiled patterns that hear speech for one concern (its words, flattened)."""
-
-    blank: re.Pattern[str] | None  # a word that starts with one of the concern's words, to the word's end
-    foreign: dict[str, tuple[tuple[str, ...], ...]]  # each other concern's words, but this concern's: their concerns
-    scan: re.Pattern[str] | None  # every place where one of ``foreign``'s words begins
-    starts: re.Pattern[str] | None  # every place where a concern word of the library or of this concern begins
-
-
-@lru_cache(maxsize=256)
-def _ear(mine: frozenset[str]) -> _Ear:
-    blank = _any(mine)
-    blank = re.compile(blank.pattern + r"[\w']*") if blank is not None else None
-    foreign: dict[str, tuple[tuple[str, ...], ...]] = {}
-    for concern in library_concerns():
-        if set(concern) != mine:
-            for word in concern:
-                if word not in mine:
-                    foreign[word] = (*foreign.get(word, ()), concern)
-    everything = mine.union(*library_concerns())
-    return _Ear(blank, foreign, _any(foreign, lookahead=True), _any(everything, lookahead=True))
-
-
-@dataclass(frozen=True)
-class Heard:
-    """What one learner speech says to the persuasion partner (``hear``)."""
-
-    own: tuple[str, ...]  # the words of the partner's concern it names
-    foreign: tuple[tuple[str, ...], ...]  # the library's other concerns it names
-    words: int  # its concern words: distinct words of the speech at which a concern word of the library (or of
-    # this concern) begins
-
-    def addresses(self) -> bool:
-        """Whether this speech, on its own, addresses the concern (the conversation's count of foreign concerns
-        aside): it names the concern and holds at most ``MAX_CONCERN_WORDS`` concern words."""
-        return bool(self.own) and self.words <= MAX_CONCERN_WORDS
-
-
-def hear(text: str, concern: Sequence[str]) -> Heard:
-    """Which concerns ``text`` names. A concern word is named when a word of the text starts with it
-    (``insur``: "insurance"). A library concern other than this one is named by one of its words that is not
-    a word of this concern, found in the text once every word that starts with a word of this concern is blanked
-    (so "charged", for a concern with the word ``charged``, does not also name another concern's ``charge``)."""
-    return _hear(text, tuple(concern))
-
-
-@lru_cache(maxsize=4096)
-def _hear(text: str, concern: tuple[str, ...]) -> Heard:
-    flat = flat_text(text)
-    ear = _ear(frozenset(flat_text(w) for w in concern))
-    own = tuple(w for w in concern if _starts(w).search(flat))
-    rest = ear.blank.sub(" ", flat) if ear.blank is not None else flat
-    named: set[tuple[str, ...]] = set()
-    for match in ear.scan.finditer(rest) if ear.scan is not None else ():
-        named.update(
-            c for word, concerns in ear.foreign.items() if rest.startswith(word, match.start()) for c in concerns
-        )
-    foreign = tuple(c for c in library_concerns() if c in named)
-    starts = ear.starts.finditer(flat) if ear.starts is not None else ()
-    words = {_WORD.match(flat, m.start()).group() for m in starts}  # type: ignore[union-attr]
-    return Heard(own, foreign, len(words))
-
-
-def addresses(text: str, concern: Sequence[str]) -> bool:
-    """Whether ``text`` has a word that starts with one of the ``concern`` words (case-insensitive); whether it
-    *addresses* the concern also depends on what else it names (``hear``, ``Persuasion.respond``)."""
-    return bool(concern_hits(text, concern))
-
-
-def asks(text: str) -> bool:
-    lowered = text.lower()
-    return any(cue in lowered for cue in ASK_CUES)
-
-
-def asks_after_worry(text: str) -> bool:
-    """Whether ``text`` asks what worries the partner: a question (``asks``) with a worry word (``WORRY_CUES``:
-    "Is anything worrying you about it?", "What would put your mind at rest?")."""
-    flat = flat_text(text)
-    return asks(flat) and any(cue in flat for cue in WORRY_CUES)
+def goal_items(goal: str) -> list[str]:
+    """The remedies seat 1's goal lists (after ``OFFER_LEAD``, ``;``-separated, up to the sentence's end)."""
+    _, lead, rest = goal.partition(OFFER_LEAD)
+    if not lead:
+        return []
+    return [item.strip() for item in re.split(r"\.(?:\s|$)", rest, maxsplit=1)[0].split(";") if item.strip()]
 
 
 @dataclass(frozen=True)
 class Worry:
-    """A worry a listener can hear in the partner's objections: the ``cues`` (phrases, lower case) that betray it,
-    and the ``reassurance`` that answers it, naming the concern in ordinary words."""
+    """What a listener can hear in the partner's words: the ``cues`` (phrases, lower case) that point to the worry
+    that ``remedy`` (a remedy key phrase, as goal items hold it) answers."""
 
-    name: str
+    remedy: str
     cues: tuple[str, ...]
-    reassurance: str
 
 
-# What a considerate person hears in the objections of the shipped persuasion scenarios (every split: the expert is
-# a demonstrator and a ceiling for listening, never evaluated as the learner) and how they would answer. Each
-# answer names one worry in a sentence; none lists words (the rules above check both).
+# What a considerate person hears in the objections of the shipped persuasion scenarios (every split: the heuristic
+# is a demonstrator and a reference, read only against the remedies its goal lists) and of the curriculum's
+# everyday worries. A phrase of a line that fits two worries is under both.
 WORRIES: tuple[Worry, ...] = (
+    Worry("window seat", ("hard on my stomach", "settled in here for the whole trip")),
+    Worry("carry", ("ten minutes to get my bag up", "settled in here for the whole trip")),
+    Worry("earplugs", ("door that bangs", "nod off on trains")),
+    Worry("putty", ("just had the frame repainted", "last notice someone put up there")),
+    Worry("smaller copy", ("where the morning sun comes in", "last notice someone put up there")),
+    Worry("on sunday", ("a dozen notices up by friday", "front of the shop looking tidy")),
+    Worry("watering chart", ("wouldn't know how much each one needs", "not sure i'm the right person")),
+    Worry("only twice", ("shifts run late", "not sure i'm the right person")),
+    Worry("on the landing", ("don't like holding other people's keys", "something went missing from your flat")),
+    Worry("by four", ("wife gets home around five", "particular about that drive")),
+    Worry("drip tray", ("just had the paving cleaned", "particular about that drive")),
+    Worry("far side", ("keep the mower in the garage", "get in and out of the garage")),
+    Worry("email only", ("work from home and every bit of speed counts", "careful with that connection")),
+    Worry("guest network", ("read about a neighbour who snooped", "careful with that connection")),
+    Worry("qr code", ("forty random characters", "changing it afterwards")),
+    Worry("muzzle", ("bad experience with a big one once", "rather not be tied up")),
     Worry(
-        "motion sickness",
-        ("long rides", "rough on me", "see outside", "trips like this"),
-        "You'd have my seat by the window, so you can watch the view the whole way.",
+        "five minutes",
+        (
+            "got a bus in fifteen minutes",
+            "rather not be tied up",
+            "how long is a minute",
+            "don't usually do this",
+            "off in ten minutes",
+            "can't promise to watch it",
+        ),
     ),
-    Worry(
-        "marks on the paintwork",
-        ("made a real mess", "redone", "frame"),
-        "I'll use removable putty instead of tape, so it won't leave a mark on the paint.",
-    ),
-    Worry(
-        "not knowing how to care for plants",
-        ("drown them", "plants and i", "what each one needs"),
-        "I'll leave you a written note with how much water each one needs.",
-    ),
-    Worry(
-        "needing the driveway later",
-        ("about this evening", "get in later", "my wife"),
-        "I'll move it out by four o'clock, well before five.",
-    ),
-    Worry(
-        "a slow connection",
-        ("connection", "fragile", "every bit of it"),
-        "I'll only check my email, no streaming or downloads, so it won't slow you down.",
-    ),
-    Worry(
-        "fear of strange dogs",
-        ("wary of dogs", "experience with a dog", "dogs i don't know"),
-        "He's very gentle and calm, and he's trained; he has never tried to bite anyone.",
-    ),
-    Worry(
-        "damage to the drawing",
-        ("six hours", "chalk", "delicate"),
-        "I'll take my shoes off and step in my socks, so nothing will smudge.",
-    ),
-    Worry(
-        "a long wait at the till",
-        ("be quick", "how quick"),
-        "It really is just this carton of milk, a single item.",
-    ),
-    Worry(
-        "getting the ladder back in time",
-        ("need it myself", "the timing"),
-        "I'll bring it back by six tonight, long before you need it.",
-    ),
-    Worry(
-        "losing the charge before a flight",
-        ("boarding", "lose my spot", "need this charge"),
-        "I only need a few minutes, just enough to send one message.",
-    ),
-    Worry(
-        "getting nothing for the fruit",
-        ("all spring", "what do i get"),
-        "I'll give you a jar of the jam in return.",
-    ),
-    Worry(
-        "a noisy neighbour before an exam",
-        ("big exam", "concentrate"),
-        "I'll be completely quiet, with my headphones on the whole time.",
-    ),
-    Worry(
-        "never seeing the money again",
-        ("sort it out later", "burned"),
-        "I'll pay you back today with a bank transfer.",
-    ),
-    Worry(
-        "being left alone with a child",
-        ("while you're gone", "how to find you"),
-        "Here's my phone number, and I'll stay right there within sight the whole time.",
-    ),
-    Worry(
-        "breaking the shop's rules",
-        ("supposed to", "my boss"),
-        "I checked with your manager, and she said it's allowed.",
-    ),
-    Worry(
-        "losing a rare evening of music",
-        ("only evening", "to relax", "looking forward"),
-        "I have an early start, but you could play it as loud as you like tomorrow or at the weekend.",
-    ),
-    Worry(
-        "a drill that comes back flat",
-        ("came back useless", "working when i get it back"),
-        "I'll recharge the battery before I give it back.",
-    ),
-    Worry(
-        "the cost of the drive",
-        ("isn't free", "money's a bit tight"),
-        "I'll pay for the petrol, of course.",
-    ),
-    Worry(
-        "a long ride before a flight",
-        ("late for my flight", "all over town"),
-        "I'm going to the same terminal, so it's right on the way, with no detour at all.",
-    ),
-    Worry(
-        "a parcel left for weeks",
-        ("hallway", "sat there", "two weeks"),
-        "I'll collect it as soon as I get home, first thing.",
-    ),
-    Worry(
-        "blame for a theft",
-        ("went missing", "responsible", "chase a thief"),
-        "It's locked and insured, so nothing would ever fall on you.",
-    ),
-    Worry(
-        "blame for someone falling ill",
-        ("fell ill", "health inspector", "come back on my shop"),
-        "Our kitchen is licensed and has a food safety certificate.",
-    ),
-    Worry(
-        "the water bill",
-        ("isn't cheap", "water company"),
-        "I'll read your meter before and after and cover the cost of every drop.",
-    ),
-    Worry(
-        "a bad back",
-        ("acting up", "heavy bar"),
-        "It's only a light warm-up set, nothing you'd have to catch.",
-    ),
+    Worry("to the bench", ("wrist is still in a brace", "strong pullers")),
+    Worry("socks", ("took me six hours", "protective of this piece")),
+    Worry("by name", ("post pictures of my work without a word about me", "protective of this piece")),
+    Worry("one photo", ("police already asked me to keep people moving", "stands on it, everyone wants a turn")),
+    Worry("by card", ("last person who cut in paid in coppers", "been waiting ages")),
+    Worry("single carton", ("might have more in that basket than it looks", "been waiting ages")),
+    Worry("everyone else", ("folks behind me would give me a look", "don't want to start a row")),
+    Worry("by six", ("need it myself first thing tomorrow", "doesn't leave my sight")),
+    Worry("at the bottom", ("friend fell off one last year", "doesn't leave my sight")),
+    Worry("van", ("four metres long", "you didn't come by car")),
+    Worry("after ten minutes", ("flight boards in half an hour", "can't afford any trouble")),
+    Worry("own cable", ("walked off with my lead", "can't afford any trouble")),
+    Worry("adapter", ("already loose", "two plugs in it")),
+    Worry("jar", ("been weeding that patch all spring", "my pride and joy")),
+    Worry("paving", ("seedlings between the rows", "my pride and joy")),
+    Worry("red ones", ("half of them aren't ready", "stripped the plants bare")),
+    Worry("headphones", ("got a big exam in the morning", "need to focus")),
+    Worry("one corner", ("notes are spread over the whole table", "need to focus")),
+    Worry("friend returns", ("study partner went to get coffee", "somebody sat there before you")),
+    Worry("eat nothing", ("last person here ate a whole curry", "somebody sat there before you")),
+    Worry("bank transfer", ("lent money to strangers before and never seen it again", "money is a touchy thing")),
+    Worry("student id", ("a fellow with a sob story here every week", "money is a touchy thing")),
+    Worry("contactless", ("got a twenty-pound note", "won't give change")),
+    Worry("phone number", ("something happens and i can't find you", "don't usually do this")),
+    Worry("buggy", ("a climber, and yours looks quick", "little ones are unpredictable")),
+    Worry("snack box", ("nuts in everything in my bag", "little ones are unpredictable")),
+    Worry("customer desk", ("my manager", "not really meant to hand things out")),
+    Worry("as they are", ("just flattened and stacked them all", "not really meant to hand things out")),
+    Worry("from the pile", ("my break is in two minutes", "a lorry to unload")),
+    Worry("tomorrow", ("my only evening off", "been looking forward to this")),
+    Worry("wireless headphones", ("only thing that keeps me going", "been looking forward to this")),
+    Worry("half past nine", ("checked the decibels on my phone", "council says i can play until eleven")),
+    Worry("recharge", ("came back dead as a doornail", "has had a rough year")),
+    Worry("own bits", ("snapped my best bit", "has had a rough year")),
+    Worry("half past one", ("start a shelf job at two", "i'm mid-project")),
+    Worry("petrol", ("money's a bit tight", "a longer trip than you'd think")),
+    Worry("tram stop", ("live on the other side of the river", "a longer trip than you'd think")),
+    Worry("student card", ("don't know you from adam", "always said no hitch-hikers")),
+    Worry("same terminal", ("my plane leaves at seven", "it's all arranged")),
+    Worry("half the fare", ("ride was booked on my company account", "it's all arranged")),
+    Worry("one small bag", ("boot is full of my sample cases", "only a small car")),
+    Worry("as soon as", ("last one sat in my hallway for a fortnight", "been burned by this before")),
+    Worry("porch box", ("in and out all day", "been burned by this before")),
+    Worry("signed note", ("what if it's damaged", "what's actually in it")),
+    Worry("envelope", ("back's not great", "what's actually in it")),
+    Worry("cable lock", ("went missing, i'd be the one to blame", "can't promise to watch it")),
+    Worry("close the lid", ("on a call in a second", "really need to concentrate")),
+    Worry("waiver", ("someone got ill, it'd come back on my shop", "it's not as simple")),
+    Worry("right now", ("lock up in ten minutes sharp", "it's not as simple")),
+    Worry("only half", ("the church on mill lane", "promised it to someone")),
+    Worry("water bill", ("isn't cheap", "i'd rather not")),
+    Worry("along the path", ("lawn is just reseeded", "i'd rather not")),
+    Worry("buckets", ("a hosepipe notice", "council's been fining people")),
+    Worry("warm-up", ("back's been acting up", "i've got my own routine")),
+    Worry("wait until", ("in the middle of my own set", "i've got my own routine")),
+    Worry("call out", ("never done that for anyone", "wouldn't know when to grab the bar")),
+    # the curriculum's everyday worries (sotopia_env.generation.persuasion_curriculum)
+    Worry("quarter of an hour", ("running late", "got somewhere to be")),
+    Worry("any repair", ("last thing i lent came back broken", "fond of that one")),
+    Worry("deposit", ("borrow and forget", "i'd miss it")),
+    Worry("chip in", ("things aren't cheap", "watching every penny")),
+    Worry("fiddly bits", ("worn out", "my feet are killing me")),
+    Worry("tidy up", ("just cleaned everything", "hate coming home to a mess")),
+    Worry("vouch", ("don't really know you", "have to be careful with strangers")),
+    Worry("noise", ("little one is asleep", "walls are thin")),
 )
 
 
 class Persuasion(Kind):
-    """Says the scenario's ``doubts`` (cue lines that hint at its concern) while the concern is open, says so when
-    the learner guessed another worry, and, once the learner has named too many other concerns, that it is not
-    being listened to."""
+    """Says the held concern's cue lines while it is open; grants the request to its remedy, asked."""
 
     name = "persuasion"
     facts_model = PersuasionFacts
     talk_model = PersuasionTalk
-    LINES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "open": ("Hey, what's up?", "Oh, hi! What's on your mind?"),
-        "accept": (
-            "Okay, you've convinced me. I'll {request}.",
-            "Alright, that settles it. Yes, I'll {request}.",
-        ),
-        "doubt": (  # only for facts built without doubts (the library requires them)
-            "I don't know... I'm not comfortable with that yet.",
-            "Something about it still bothers me, to be honest.",
-        ),
-        "unheard": (
-            "You keep bringing up things I never mentioned. I don't think you're listening to me.",
-            "That's a lot of promises about everything under the sun. Are you even listening?",
-        ),
-        "reveal": (  # the scenario's ``worry``, asked; the two variants end alike (``REVEALED``, what ``echo`` reads)
-            "Since you ask, what worries me is {worry}.",
-            "Well, since you ask, what worries me is {worry}.",
-        ),
-        "reassured": (
-            "Okay, that does ease my mind. So what exactly are you asking me?",
-            "Well, that helps, honestly. What is it you'd like me to do?",
-        ),
-        "leave": (
-            "Sorry, I'm not going to {request}. I need to get going.",
-            "I've thought about it, and the answer is no. I have to go now.",
-        ),
-        "goodbye": ("See you later!", "Alright, talk soon!"),
-    }
-    OFF = ("That's not really what bothers me.", "No, that's not it.")  # before a doubt, after a wrong guess
-    OPENER = "Hi, sorry to bother you. I have a small favour to ask. Is there anything that would worry you about it?"
-    REVEALED = re.compile(r"what worries me is (?P<worry>.+?)\.?$", re.IGNORECASE)  # the reveal line's worry
-    PROBE = "I'd really like to make this easy for you. What would put your mind at rest?"
-    ASK = "Would you do it for me?"
-    CONVINCED = ("convinced me", "settles it")  # the partner's words when it agrees to a request
+    LINES: ClassVar[dict[str, tuple[str, ...]]] = PARTNER_LINES
+    CONVINCED = ("puts my mind at rest", "in that case, yes")  # the partner's words when it agrees
+    ASK = "Would you do that for me?"
+    QUESTIONS = (  # the heuristic's and the random baseline's questions: they elicit a cue
+        "Hi, sorry to bother you, I have a small favour to ask. Is something on your mind about it?",
+        "I'd like to make this easy for you. What's holding you back?",
+        "I see. Is there anything else about it?",
+    )
+    SMALL_TALK = ("Lovely day, isn't it.", "I hope I'm not keeping you.", "Busy around here today.")
+
+    # -- the hidden concern -------------------------------------------------------------------------------------
+
+    def draw(self, facts: PersuasionFacts, rng: random.Random) -> PersuasionFacts:
+        """The episode's concern (uniform over the instance's, unless the scenario pins one) and its first cue
+        line (uniform over that concern's, unless pinned)."""
+        concern = facts.concern or rng.choice(facts.concerns).name
+        held = facts.model_copy(update={"concern": concern}).held()
+        first = facts.first_cue if facts.first_cue is not None else rng.randrange(len(held.cues))
+        return facts.model_copy(update={"concern": concern, "first_cue": first})
 
     # -- rules --------------------------------------------------------------------------------------------------
 
     def respond(self, facts: PersuasionFacts, talk: PersuasionTalk, action: AgentAction) -> Move:
         speech = spoken(action)
-        off = False  # this speech named other concerns and not this one: a wrong guess
-        if speech is not None:
-            heard = hear(speech, facts.concern)
-            talk.foreign += [c for c in heard.foreign if c not in talk.foreign]
-            off = bool(heard.foreign) and not heard.own
-            if len(talk.foreign) > MAX_FOREIGN:
-                talk.addressed = False  # it stopped listening, and an earlier address no longer counts
-            elif heard.addresses():
-                talk.addressed = True
-        deaf = len(talk.foreign) > MAX_FOREIGN
-        if talk.addressed and speech is not None and asks(speech):
+        named = remedies_in(speech, facts) if speech is not None else []
+        held = facts.held().name
+        if len(named) == 1 and named[0] == held:
+            talk.remedied = True
+        asked = speech is not None and asks(speech)
+        if talk.remedied and asked and (named == [held] or not named):
             talk.deal = "yes"
             return Move("accept", None, talk.rounds)
+        if len(named) > 1:
+            talk.stuffed = True
+            act = "ask_one"
+        elif named == [held]:
+            act = "reassured"
+        elif named:
+            talk.wrong += 1
+            act = "wrong"
+        else:
+            act = "cue"
         talk.rounds += 1
+        if act == "wrong" and talk.wrong >= facts.max_wrong:
+            return Move("leave", "fed_up", talk.rounds)
         if talk.rounds >= facts.max_rounds:
             return Move("leave", None, talk.rounds)
-        if deaf:
-            return Move("unheard", None, talk.rounds)
-        if talk.addressed:
-            return Move("reassured", None, talk.rounds)
-        if facts.worry is not None and speech is not None and asks_after_worry(speech):
-            talk.revealed = True
-            return Move("reveal", None, talk.rounds)
-        return Move("doubt", "off" if off else None, talk.rounds)
+        if act in ("cue", "wrong"):
+            cues = facts.held().cues
+            talk.cues += 1
+            return Move(act, ((facts.first_cue or 0) + talk.cues - 1) % len(cues), talk.rounds)
+        return Move(act, None, talk.rounds)
 
     def outcome(self, facts: PersuasionFacts, talk: PersuasionTalk) -> Outcome:
+        held = facts.held()
         if talk.deal is None:
-            if len(talk.foreign) > MAX_FOREIGN:
-                named = ", ".join(c[0] for c in talk.foreign)
-                left = f"never addressed: the learner named {len(talk.foreign)} other concerns ({named}...)"
-            else:
-                left = "addressed but never asked" if talk.addressed else "never addressed"
-                left += ", though it said its worry when asked" if talk.revealed and not talk.addressed else ""
-            return Outcome(False, False, 0, 0, f"the partner did not agree ({facts.request}): its concern was {left}")
-        return Outcome(True, True, 10, 10, f"the partner agreed ({facts.request}) once its concern was addressed")
+            why = f"{talk.wrong} wrong remedies" if talk.wrong >= facts.max_wrong else f"{talk.rounds} rounds"
+            state = "offered but never asked" if talk.remedied else "never offered"
+            return Outcome(False, False, 0, 0, f"no agreement ({facts.request}) after {why}: the remedy for its "
+                           f"concern ({held.name}) was {state}")  # fmt: skip
+        goal = max(1, 10 - TURN_COST * talk.rounds - WRONG_COST * talk.wrong)
+        reasoning = (
+            f"the partner agreed ({facts.request}) once offered the remedy for its concern ({held.name}), after "
+            f"{talk.rounds} earlier learner actions and {talk.wrong} wrong remedies"
+        )
+        return Outcome(True, True, goal, 10, reasoning)
 
     # -- partner ------------------------------------------------------------------------------------------------
 
     def fields(self, facts: PersuasionFacts, move: Move) -> dict[str, str]:
-        return {"request": facts.request, "worry": facts.worry or ""}
+        cue = facts.held().cues[move.value] if isinstance(move.value, int) else ""
+        return {"request": facts.request, "cue": cue}
 
     def say(self, facts: PersuasionFacts, move: Move, turn: int, variety: int) -> AgentAction:
-        """A doubt is the scenario's next cue line (``doubts``, in turn), after a wrong guess (the learner named
-        another concern) prefixed with a line that says so."""
-        action = super().say(facts, move, turn, variety)
-        doubts = facts.doubts
-        if move.act == "doubt" and doubts:
-            action = AgentAction(action_type=ActionType.speak, argument=doubts[(move.round - 1) % len(doubts)])
-        if move.act == "doubt" and move.value == "off":
-            off = self.OFF[(variety + turn // 2) % len(self.OFF)]
-            action = AgentAction(action_type=ActionType.speak, argument=f"{off} {action.argument}")
-        return action
+        """The kind's line for ``move``; a leave after too many wrong offers says so (``fed_up``)."""
+        if move.act == "leave" and move.value == "fed_up":
+            move = Move("fed_up", None, move.round)
+            action = super().say(facts, move, turn, variety)
+            return AgentAction(action_type=ActionType.leave, argument=action.argument)
+        return super().say(facts, move, turn, variety)
 
-    # -- expert -------------------------------------------------------------------------------------------------
+    # -- baselines and the expert -------------------------------------------------------------------------------
 
     def agreed(self, view: LearnerView) -> bool:
-        return any(cue in view.heard[-1].lower() for cue in self.CONVINCED)
+        return any(cue in flat_text(view.heard[-1]) for cue in self.CONVINCED)
 
-    def echo(self, worry: str) -> str:
-        """The answer to a worry the partner said, in its own words, and the question."""
-        return f"Don't worry about {worry}, I'll take care of it. {self.ASK}"
+    def offer(self, item: str, ask: bool = True) -> str:
+        """A goal item offered in seat 1's words, with the question (or without it)."""
+        line = f"I can {first_person(item)}."
+        return f"{line} {self.ASK}" if ask else line
+
+    def scores(self, view: LearnerView) -> dict[str, int]:
+        """Per goal item not yet offered: how many cue phrases heard so far point to it (``WORRIES``)."""
+        said = " ".join(flat_text(s) for s in view.said)
+        heard = [flat_text(h) for h in view.heard]
+        out = {}
+        for item in goal_items(view.goal):
+            if flat_text(first_person(item)) in said:
+                continue  # offered already, and not accepted
+            worries = [w for w in WORRIES if names(item, w.remedy)]
+            out[item] = sum(c in h for w in worries for c in w.cues for h in heard)
+        return out
 
     def propose(self, view: LearnerView) -> str:
-        if view.moves == 0 or not view.heard:
-            return self.OPENER
-        revealed = self.REVEALED.search(view.heard[-1].strip())
-        if revealed and self.echo(revealed["worry"]) not in view.said:
-            return self.echo(revealed["worry"])
-        tried = {w.name for w in WORRIES if any(w.reassurance in line for line in view.said)}
-        latest, everything = view.heard[-1].lower(), " ".join(view.heard).lower()
+        """Ask what is on the partner's mind; offer the one goal item the cues point to most, clearly, with the
+        question; while two tie (a shared cue line) or nothing points anywhere, ask again."""
+        scores = self.scores(view)
+        best = max(scores.values(), default=0)
+        top = [item for item, score in scores.items() if score == best]
+        if best > 0 and len(top) == 1:
+            return self.offer(top[0])
+        return self.QUESTIONS[min(view.moves, len(self.QUESTIONS) - 1)]
 
-        def rank(worry: Worry) -> tuple[int, int]:
-            return sum(c in latest for c in worry.cues), sum(c in everything for c in worry.cues)
+    def random_line(self, view: LearnerView, rng: random.Random) -> str:
+        items = goal_items(view.goal)
+        choice = rng.randrange(4)
+        if choice == 0 or not items:
+            return rng.choice(self.SMALL_TALK)
+        if choice == 1:
+            return rng.choice(self.QUESTIONS)
+        return self.offer(rng.choice(items), ask=choice == 2)
 
-        candidates = [w for w in WORRIES if w.name not in tried and rank(w) > (0, 0)]
-        if not candidates:
-            return self.PROBE
-        best = max(candidates, key=rank)  # the first of the best, in table order
-        return f"{best.reassurance} {self.ASK}"
+    def oracle_line(self, facts: PersuasionFacts, view: LearnerView) -> str:
+        """The held concern's remedy, as the goal lists it, with the question."""
+        held = self.resolved(facts).held()
+        item = next((i for i in goal_items(view.goal) if any(names(i, k) for k in held.remedy)), held.remedy[0])
+        return self.offer(item)
 
     # -- partial credit -----------------------------------------------------------------------------------------
 
     def partial_credit(self, facts: PersuasionFacts, speeches: Sequence[str], talk: PersuasionTalk) -> float:
-        """1 once the concern was addressed, ``REVEALED_CREDIT`` once the learner asked after the worry and heard
-        it, 0 otherwise and once the partner stopped listening (stuffing earns nothing, asked or not)."""
-        if len(talk.foreign) > MAX_FOREIGN:
+        """1 on agreement, ``REMEDIED_CREDIT`` once the right remedy was offered alone, 0 otherwise and whenever a
+        speech named several remedies."""
+        if talk.stuffed:
             return 0.0
-        return 1.0 if talk.addressed else REVEALED_CREDIT if talk.revealed else 0.0
+        return 1.0 if talk.deal is not None else REMEDIED_CREDIT if talk.remedied else 0.0
 
 
 KIND = Persuasion()

@@ -2,8 +2,8 @@
 
 A rule set gets in three ways, all loaded on first use:
 
-- built in (``BUILTIN``): the kinds ``bargaining``, ``scheduling`` and ``persuasion`` (``sotopia_env.kinds``) and
-  the games' ``werewolf``, ``undercover`` and ``negotiation`` (``sotopia_env.games``);
+- built in (``BUILTIN``): the kinds ``bargaining``, ``scheduling``, ``persuasion`` and ``split``
+  (``sotopia_env.kinds``) and the games' ``werewolf``, ``undercover`` and ``negotiation`` (``sotopia_env.games``);
 - an installed package's entry point in the group ``sotopia_env.kinds`` (``toy = my_package.toy:KIND``), so
   the CLI, configs and stored episodes find it;
 - ``register_kind(KIND)`` from Python, before the scenarios that name it are loaded.
@@ -32,6 +32,7 @@ BUILTIN = (
     "sotopia_env.kinds.bargaining:KIND",
     "sotopia_env.kinds.scheduling:KIND",
     "sotopia_env.kinds.persuasion:KIND",
+    "sotopia_env.kinds.split:KIND",
     "sotopia_env.games.werewolf:RULES",
     "sotopia_env.games.undercover:RULES",
     "sotopia_env.games.negotiation:RULES",
