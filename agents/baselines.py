@@ -17,7 +17,6 @@ import random
 from typing import Any
 
 from sotopia_env.actions import ActionType, AgentAction
-from sotopia_env.agents.loading import BASELINE_SPECS
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.kinds import LEARNER_SEAT, Kind, LearnerView, facts_of, kind_for
 from sotopia_env.observation import Observation
@@ -25,7 +24,7 @@ from sotopia_env.profiles import strip_hints
 
 BASELINES = ("random", "heuristic", "oracle")
 PREFIX = "baseline-"
-SPECS = BASELINE_SPECS
+SPECS = tuple(PREFIX + b for b in BASELINES)  # the agent specs (``agents.loading`` builds them)
 THANKS = "Thank you, that's settled then."  # the line after the partner agreed
 _NONE = AgentAction(action_type=ActionType.none)
 

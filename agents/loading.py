@@ -23,6 +23,8 @@ from types import ModuleType
 from typing import Any
 
 from sotopia_env.agents.base import Agent
+from sotopia_env.agents.baselines import SPECS as BASELINE_SPECS
+from sotopia_env.agents.baselines import load_baseline
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.errors import UserError, did_you_mean
@@ -30,7 +32,6 @@ from sotopia_env.errors import UserError, did_you_mean
 RULE_PARTNER = "rule-partner"
 RULE_PLAYER = "rule-player"
 ORACLE_PLAYER = "oracle-player"  # agents.game_players.OraclePlayer: a game seat handed every role
-BASELINE_SPECS = ("baseline-random", "baseline-heuristic", "baseline-oracle")  # agents.baselines: seat 1, verifiable
 NO_MODEL_SPECS = frozenset(
     {"human", RULE_PARTNER, RULE_PLAYER, ORACLE_PLAYER, *BASELINE_SPECS}
 )  # agents that call no model
@@ -141,8 +142,6 @@ def load_agent(
 
         return OraclePlayer()
     if spec in BASELINE_SPECS:
-        from sotopia_env.agents.baselines import load_baseline
-
         return load_baseline(spec)
     if is_custom_spec(spec):
         return load_custom_agent(spec)

@@ -165,7 +165,7 @@ def test_under_the_grammar_every_training_sequence_is_exactly_the_sampled_ids(tm
     monkeypatch.setattr(LocalBackend, "_completion", capture)
     model = AutoModelForCausalLM.from_pretrained(spec).eval()
     setups = [_verifiable_setup(k) for k in ("bargaining", "scheduling", "persuasion")]
-    rollout = _rollout(setups[0], settings=GenerationSettings(temperature=1.0, max_new_tokens=24), constrained=True)
+    rollout = _rollout(setups[0], settings=GenerationSettings(temperature=1.0, max_new_tokens=64), constrained=True)
     with ThreadPoolExecutor(1) as thread:
         backend = policy_backend(model, tokenizer, "tiny", 8, thread)
         starts = [(setup, seed) for setup in setups for seed in (1, 2, 3, 4)]
@@ -193,7 +193,7 @@ def test_under_the_grammar_every_training_sequence_is_exactly_the_sampled_ids(tm
 def test_retries_and_moves_after_the_outcome_was_decided_get_no_gradient(tmp_path_factory):
     tokenizer = _tokenizer(tmp_path_factory)
     setup = _verifiable_setup("bargaining")
-    offer = _speak(f"I can pay ${setup.scenario.verifiable.reservation} for it.")
+    offer = _speak(f"I can pay ${setup.scenario.verifiable.reservation_range[1]} for it.")  # above any drawn floor
     after = _speak("Thank you, it is a deal then.")
     backend = IdsBackend(["not json at all", offer, after], tokenizer)
     episode = asyncio.run(play_one(_rollout(setup), backend, setup, seed=0))
@@ -227,7 +227,8 @@ def test_an_episode_with_no_verifiable_facts_credits_every_move(tmp_path_factory
 @pytest.mark.parametrize(
     ("kind", "line", "partial"),
     [
-        ("bargaining", "Would you take $10 for it?", 1.0),  # a valid offer, too low to win
+        ("bargaining", "Would you take $90 for it?", 1.0),  # a valid offer, too low to win, not an insult
+        ("bargaining", "Would you take $10 for it?", 0.0),  # under half the floor: an insult, the partner leaves
         ("bargaining", "Would you take $10 or $20?", 0.0),  # two numbers: no offer
         ("scheduling", "Hello there, how are you?", 0.0),
     ],
@@ -457,7 +458,7 @@ def test_pipeline_runs_rl_task_episodes_and_evaluates_it(tmp_path, tmp_path_fact
     }  # fmt: skip
     state, report = run_pipeline(parse_config(raw, "cfg.yaml"), progress=False)
     assert list(state.stages) == ["eval-base", "rl", "eval-rl"]
-    assert state.stages["rl"]["dataset"] == "episodes: 24 starts"
+    assert state.stages["rl"]["dataset"] == "episodes: 32 starts"
     assert [row.model for row in report.rows] == ["base", "rl"]
     finished = dict(state.stages)
     state, _ = run_pipeline(parse_config(raw, "cfg.yaml"), progress=False)  # done: every stage skipped
@@ -511,7 +512,7 @@ def test_train_grpo_cli_runs_episodes_and_a_bad_selector_is_one_line(tmp_path, t
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(raw))
     result = CliRunner().invoke(app, ["train", "grpo", str(tmp_path / "ok.yaml"), "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "grpo (episodes: 24 starts)" in result.output and "unrated episodes: 0" in result.output
+    assert "grpo (episodes: 32 starts)" in result.output and "unrated episodes: 0" in result.output
 
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**raw, "scenarios": "no-such-scenario"}))
     result = CliRunner().invoke(app, ["train", "grpo", str(tmp_path / "bad.yaml"), "--quiet"])

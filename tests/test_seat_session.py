@@ -13,8 +13,8 @@ def test_a_stopped_episode_ends_as_an_agent_error_and_is_rated():
         session = SessionMaker().open(seat_rows("verifiable-bargaining-bike")[0])
         first = await session.start()
         assert first.update.startswith("It is turn #0") and first.messages[0]["role"] == "system"
-        turn = await session.step({"action_type": "speak", "argument": "Would you take $40?"})
-        assert 'said: "Would you take $40?"' in turn.update and not turn.done
+        turn = await session.step({"action_type": "speak", "argument": "Would you take $240?"})
+        assert 'said: "Would you take $240?"' in turn.update and not turn.done
         log = await session.finish()
         return session, log
 

@@ -4,11 +4,11 @@ from sotopia_env.agents.scripted import ScriptedAgent
 
 
 class Buyer(ScriptedAgent):
-    """Offers 60% of its budget, then 91%; on the bike (budget $400, reservation drawn from 265..364) the second
-    offer, $365, closes the deal whatever the draw."""
+    """Offers 60% of its budget, then 95%; on the bike (budget $400, reservation drawn from 247..378) the second
+    offer, $380, closes the deal whatever the draw."""
 
     def __init__(self) -> None:
-        super().__init__(["Hi! Would you take $240 for it?", "Alright, $365."])
+        super().__init__(["Hi! Would you take $240 for it?", "Alright, $380."])
 
 
 def _every_remedy() -> str:

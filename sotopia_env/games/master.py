@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.outcome import Announcement, GameOutcome
-from sotopia_env.games.players import GamePlayer
+from sotopia_env.games.players import GamePlayer, hidden_roles
 from sotopia_env.games.spec import ALIVE, GameSpec, Phase, Role
 from sotopia_env.kinds.base import GAME, Verdict
 from sotopia_env.kinds.registry import rule_set
@@ -216,6 +216,7 @@ class GameRules:
     name: ClassVar[str]
     section: ClassVar[str] = GAME
     player_class: ClassVar[type[GamePlayer]] = GamePlayer
+    oracle_class: ClassVar[type[GamePlayer] | None] = None  # a ``GameOracle`` subclass; None: no oracle seat
 
     def new_game(self) -> GameRules:
         """The rules for one game: a fresh instance, where a rule set keeps state (a negotiation's proposal)."""
@@ -241,6 +242,16 @@ class GameRules:
     def player(self, spec: GameSpec, names: Sequence[str], seat: int, rng: random.Random | None = None) -> GamePlayer:
         """The rule player of ``seat`` (agent spec ``rule-player``), drawing from ``rng``."""
         return self.player_class(spec, names, seat, rng)
+
+    def oracle_player(
+        self, spec: GameSpec, names: Sequence[str], seat: int, rng: random.Random | None = None
+    ) -> GamePlayer:
+        """The oracle of ``seat`` (agent spec ``oracle-player``): this rule set's ``oracle_class``, handed every
+        player's role (``hidden_roles``) besides what ``player`` gets, drawing from ``rng`` as the rule player
+        would. ValueError where the rule set has none."""
+        if self.oracle_class is None:
+            raise ValueError(f"the {self.name} rule set has no oracle player")
+        return self.oracle_class(spec, names, seat, rng, roles=hidden_roles(spec, names))
 
     def judge(self, section: GameSpec, names: Sequence[str], turns: Sequence[Turn], ended: str = "") -> Verdict:
         """The transcript replayed through the game master: per player the outcome's goal and ``success``, the

@@ -8,6 +8,9 @@
 - **Rule player.** Seeded by the episode (``NegotiationPlayer``): a proposer asks an even share plus a random
   greed that shrinks with each rejection; a responder accepts a share above its reserve plus a random hold-out
   that shrinks as the rounds pass. Neither knows another's reserve.
+- **Oracle player.** Handed every role's reserve (``NegotiationOracle``): the proposer makes the proposal with
+  the best expected goal against the rule responders (their reserves known, their hold-outs the published
+  ``HOLD_OUT`` draw), planning over the rounds left; a responder answers as the rule responder does.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.master import GameMaster, GameRules, canonical, split_text
 from sotopia_env.games.outcome import Announcement, GameOutcome
-from sotopia_env.games.players import GamePlayer, Seen
+from sotopia_env.games.players import GameOracle, GamePlayer, Seen
 from sotopia_env.games.spec import GameSpec, Phase
 from sotopia_env.transcript import MODERATOR
 
@@ -30,6 +36,17 @@ LINES = (
     "I put a lot into this; I'd like my share to show it.",
     "Let's settle this quickly: a deal is better for all of us than no deal.",
 )
+
+
+def given_in(hold_out: int, proposals: int) -> int:
+    """What is left of a responder's drawn ``hold_out`` when answering the ``proposals``-th proposal (from 1)."""
+    return max(0, hold_out - 10 * (proposals - 1))
+
+
+def accept_chance(offer: int, reserve: int, proposals: int) -> float:
+    """The chance that a rule responder with ``reserve`` accepts ``offer`` as the ``proposals``-th proposal (its
+    hold-out drawn from ``HOLD_OUT``, as ``NegotiationPlayer.choose`` draws it)."""
+    return sum(offer > reserve + given_in(h, proposals) for h in HOLD_OUT) / len(HOLD_OUT)
 
 
 class NegotiationPlayer(GamePlayer):
@@ -54,7 +71,7 @@ class NegotiationPlayer(GamePlayer):
         said = " ".join(h.argument for h in seen.history if h.agent == MODERATOR)
         if list(seen.choices) == ["accept", "reject"]:
             offer = self.offer_to_me(seen)
-            hold_out = max(0, self.rng.choice(HOLD_OUT) - 10 * (said.count(" proposes: ") - 1))
+            hold_out = given_in(self.rng.choice(HOLD_OUT), said.count(" proposes: "))
             return "accept" if offer is not None and offer > (self.role.reserve or 0) + hold_out else "reject"
         shares = [self.parse_split(c) for c in seen.choices]
         pot = sum(shares[0].values())
@@ -80,9 +97,75 @@ class NegotiationPlayer(GamePlayer):
         return None
 
 
+class NegotiationOracle(NegotiationPlayer, GameOracle):
+    """A negotiator handed every role's reserve, the ceiling beside ``NegotiationPlayer``:
+
+    - as proposer it takes the split with the best expected goal: each responder accepts with
+      ``accept_chance`` (its reserve known; its hold-out, the rule responder's private draw, only as the
+      published ``HOLD_OUT`` distribution), all must accept, and a rejected round is worth the best expected goal
+      of the rounds left (none left: its reserve, goal 0); ties go to the likelier deal, then the earlier choice.
+      It maximises the goal (the reward), not the win (any deal above its reserve): where a surer deal keeps
+      less, it takes the better expected goal and wins fewer games than the rule proposer (game:dev's
+      band gig, whose reserves, all 20, are the even split's prior: there the hidden facts add nothing);
+    - as responder it answers as the rule responder: its answer turns on its own reserve and on what later
+      proposals bring, which the proposer's private temper (a random draw, not a fact of the setup) decides, so
+      the others' reserves give it nothing to use. Its row in a table is the rule responder's, as it should be.
+
+    Its lines and random draws are the rule player's, so the same episode plays the same game.
+    """
+
+    def __init__(self, spec: GameSpec, *args: Any, **kwargs: Any) -> None:  # GameOracle's, roles included
+        super().__init__(spec, *args, **kwargs)
+        self.cycles = spec.max_cycles
+        self.pot = spec.pot or 0
+
+    def choose(self, seen: Seen) -> str:
+        if list(seen.choices) == ["accept", "reject"]:
+            return super().choose(seen)
+        said = " ".join(h.argument for h in seen.history if h.agent == MODERATOR)
+        proposals = said.count(" proposes: ") + 1  # this one's number, as the responders count it
+        rounds = said.count(" proposes: ") + said.count("No valid proposal")  # rounds played before this one
+        shares = [self.parse_split(c) for c in seen.choices]
+        plan = self.plan(tuple(tuple(sorted(split.items())) for split in shares))
+        values = [plan(split, proposals, self.cycles - rounds) for split in shares]
+        best = max(range(len(shares)), key=lambda i: (values[i], -i))
+        return seen.choices[best]
+
+    def plan(self, splits: tuple[tuple[tuple[str, int], ...], ...]) -> Callable[[dict[str, int], int, int], tuple]:
+        """(split, its proposal's number, rounds left with it) -> (expected goal, chance of a win), the rounds after
+        a rejection played at their best."""
+        reserves = {n: role.reserve or 0 for n, role in self.roles.items()}
+        surplus = max(1, self.pot - sum(reserves.values()))
+        mine = reserves[self.me]
+
+        def goal(payoff: int) -> int:  # the game's own (Negotiation._paid)
+            return max(0, min(10, int(10 * (payoff - mine) / surplus + 0.5)))
+
+        @cache
+        def best(proposals: int, left: int) -> tuple[float, float]:
+            if left <= 0:
+                return 0.0, 0.0  # no deal: the reserve, goal 0, no win
+            return max(value(dict(split), proposals, left) for split in splits)
+
+        def value(split: dict[str, int], proposals: int, left: int) -> tuple[float, float]:
+            chance = 1.0
+            for name, share in split.items():
+                if name != self.me:
+                    chance *= accept_chance(share, reserves[name], proposals)
+            later_goal, later_win = best(proposals + 1, left - 1)
+            won = split[self.me] > mine
+            return (
+                chance * goal(split[self.me]) + (1 - chance) * later_goal,
+                chance * won + (1 - chance) * later_win,
+            )
+
+        return lambda split, proposals, left: value(split, proposals, left)
+
+
 class Negotiation(GameRules):
     name = "negotiation"
     player_class = NegotiationPlayer
+    oracle_class = NegotiationOracle
 
     def __init__(self) -> None:  # one instance per game (``new_game``): the state of this game's talks
         self.proposal: dict[str, int] | None = None

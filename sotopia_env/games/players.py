@@ -9,15 +9,19 @@ Information hiding: a player keeps its own role, the names, and its team only wh
 (werewolves know each other; a villager knows only itself). Nothing else of the spec's hidden roles is kept, so
 its moves depend on what it observes and on ``rng`` alone. ``rng`` is seeded by the episode (its seed, its
 pairing and the seat: ``player_rng``), so the same episode replays the same game and other seeds play others.
+
+Oracle players (agent spec ``oracle-player``, ``GameRules.oracle_player``) are the ceiling beside that heuristic:
+each rule set's ``GameOracle`` subclass is handed every player's role (``hidden_roles``: team, role, secret word,
+reserve) explicitly at reset, and plays on it; each module says what its oracles do with it.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from sotopia_env.games.spec import GameSpec
+from sotopia_env.games.spec import GameSpec, Role
 
 
 class Said(Protocol):
@@ -62,3 +66,28 @@ class GamePlayer:
     def choose(self, seen: Seen) -> str:
         """One of ``seen.choices``, in a phase that offers them."""
         raise NotImplementedError
+
+
+def hidden_roles(spec: GameSpec, names: Sequence[str]) -> dict[str, Role]:
+    """Every player's role, by name: the hidden facts an oracle seat is given (a rule player is given none)."""
+    return {name: spec.role(seat) for seat, name in enumerate(names)}
+
+
+class GameOracle(GamePlayer):
+    """An oracle seat: a rule player that is also handed ``roles`` (``hidden_roles``), every player's role."""
+
+    def __init__(
+        self,
+        spec: GameSpec,
+        names: Sequence[str],
+        seat: int,
+        rng: random.Random | None = None,
+        *,
+        roles: Mapping[str, Role],
+    ) -> None:
+        super().__init__(spec, names, seat, rng)
+        self.roles = dict(roles)
+
+    def with_team(self, team: str, among: Sequence[str]) -> list[str]:
+        """The players of ``among`` on ``team``, in their order."""
+        return [n for n in among if self.roles[n].team == team]

@@ -9,6 +9,9 @@
 - **Rule player.** Seeded by the episode, knowing its own word only (``UndercoverPlayer``): it gives one fact
   about its letters ("My word has 3 letters."), vaguely while unsure whether its word is the odd one; one who
   finds the others' clues contradict its word blends in by repeating theirs; votes go to whoever contradicts.
+- **Oracle player.** Handed every player's role and word (``UndercoverOracle``): a civilian gives a true clue and
+  votes for an undercover player it knows; an undercover player describes the civilians' word, so its clues
+  fit theirs, and votes with its team for a civilian.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import re
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
-from sotopia_env.games.players import Seen
+from sotopia_env.games.players import GameOracle, Seen
 from sotopia_env.games.spec import GameSpec, Phase
 from sotopia_env.games.teams import TeamGame, TeamPlayer
 from sotopia_env.transcript import MODERATOR
@@ -104,10 +107,30 @@ class UndercoverPlayer(TeamPlayer):
         return len(against) >= 2 and len(against) > len({n for n, _ in heard}) / 2
 
 
+class UndercoverOracle(UndercoverPlayer, GameOracle):
+    """Undercover knowing every player's role and word, the ceiling beside ``UndercoverPlayer``:
+
+    - it describes by one random fact (as the rule player does, never vaguely) the civilians' word: its own as a
+      civilian, the others' as an undercover player, whose clues then fit the civilians' and never say its word;
+    - it votes for the first living player in seat order on the other team (its team's oracles name the same).
+    """
+
+    def say(self, seen: Seen) -> str:
+        word = next(r.secret for r in self.roles.values() if r.team != UNDERCOVER)
+        return clue(word, self.rng.choice(FEATURES))
+
+    def choose(self, seen: Seen) -> str:
+        named = self.named(seen)
+        verb = seen.choices[0].removesuffix(named[seen.choices[0]]).strip()
+        other = next(n for n in named.values() if self.roles[n].team != self.role.team)
+        return f"{verb} {other}"
+
+
 class Undercover(TeamGame):
     name = "undercover"
     villains, good = UNDERCOVER, CIVILIANS
     player_class = UndercoverPlayer
+    oracle_class = UndercoverOracle
 
     def check(self, spec: GameSpec) -> None:
         super().check(spec)

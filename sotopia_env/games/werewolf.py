@@ -9,6 +9,8 @@
 - **Rule player.** Seeded by the episode, knowing only what its seat knows (``WerewolfPlayer``): the seer
   inspects at random and names the werewolves it finds; werewolves bluff (a false seer claim) and steer the
   votes; villagers weigh the claims, who lied and who voted against revealed villagers, with some error.
+- **Oracle player.** Handed every player's role (``WerewolfOracle``): the wolves kill the seer the first night
+  and vote out villagers together; the seer and the villagers name and vote out a werewolf they know.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from sotopia_env.actions import AgentAction
 from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
-from sotopia_env.games.players import Seen
+from sotopia_env.games.players import GameOracle, Seen
 from sotopia_env.games.spec import Phase
 from sotopia_env.games.teams import TeamGame, TeamPlayer
 from sotopia_env.transcript import MODERATOR
@@ -191,10 +193,60 @@ class WerewolfPlayer(TeamPlayer):
         return (accusers + ours)[-1] if ours + accusers else self.rng.choice(prey)
 
 
+class WerewolfOracle(WerewolfPlayer, GameOracle):
+    """Werewolf knowing every player's role, the ceiling beside ``WerewolfPlayer``:
+
+    - the werewolves know the seer, so they kill it the first night (it inspects once and dies before it can
+      speak: no check of it ever reaches the table, so which player it inspected, seen by the seer alone and not
+      a fact of the setup, need not be known); while it lives they vote for it too. Once it is dead and revealed
+      every seer claim reads as a lie, so they make none: they name the first living villager in seat order, and
+      both vote for it and kill it (the same choice without a word between them);
+    - the seer inspects a werewolf it has not inspected, names the first living werewolf in seat order every
+      day and votes for it; a villager says it suspects that werewolf and votes for it (every oracle of the
+      village names the same one, so their votes add up).
+
+    Its random stream is the rule player's, drawn only where it falls back to the rule player (a seer with every
+    werewolf inspected), so the same episode plays the same game.
+    """
+
+    def say(self, seen: Seen) -> str:
+        alive = self.living(seen)
+        if self.role.team == WOLVES:
+            if self.with_role("seer", alive):  # not after the first night: the rule wolf's bluffs while it lives
+                return self.wolf_line(Table.read(seen, self.names), alive)
+            return f"I suspect {self.prey(alive)}."
+        wolf = self.with_team(WOLVES, alive)[0]  # someone is alive on each side while the game goes on
+        if self.role.name == "seer":
+            return f"I am the seer: {wolf} is a werewolf. Vote for them."
+        return f"I suspect {wolf}."
+
+    def choose(self, seen: Seen) -> str:
+        named = self.named(seen)
+        options = list(named.values())
+        verb = seen.choices[0].removesuffix(named[seen.choices[0]]).strip()
+        if self.role.team == WOLVES:
+            target = (self.with_role("seer", options) or [self.prey(options)])[0]
+        elif verb == "inspect":
+            inspected = self.inspected(seen)
+            unknown = [n for n in self.with_team(WOLVES, options) if n not in inspected]
+            return f"{verb} {unknown[0]}" if unknown else super().choose(seen)
+        else:
+            target = self.with_team(WOLVES, options)[0]
+        return f"{verb} {target}"
+
+    def with_role(self, role: str, among: list[str]) -> list[str]:
+        return [n for n in among if self.roles[n].name == role]
+
+    def prey(self, among: list[str]) -> str:
+        """The wolves' common target among ``among``: the first player in seat order not on their team."""
+        return next(n for n in among if self.roles[n].team != WOLVES)
+
+
 class Werewolf(TeamGame):
     name = "werewolf"
     villains, good = WOLVES, VILLAGE
     player_class = WerewolfPlayer
+    oracle_class = WerewolfOracle
 
     def resolve(self, gm: GameMaster, phase: Phase, moves: dict[str, AgentAction]) -> list[Announcement]:
         if phase.choices is None:
