@@ -1,6 +1,8 @@
 """Our worlds on OpenEnv's protocol: ``create_openenv_app(...)`` is ``openenv-core``'s ``create_app`` over
 ``SocialOpenEnv``, an OpenEnv ``Environment`` that plays one seat of one episode per session
-(``training.seat_session``): ``sotopia-env openenv`` serves it (``pip install 'sotopia-env[openenv]'``).
+(``training.seat_session``): ``sotopia-env openenv`` serves it (``pip install 'sotopia-env[openenv]'``), and so
+does the Docker image of the repository's ``Dockerfile``; ``openenv.yaml`` names this module's ``app``. The wire
+types and the client live in ``training.openenv_client`` (with the TRL factory for a remote server).
 
 - **Sessions.** OpenEnv makes one environment per WebSocket (``/ws``, what its ``EnvClient`` speaks), so each
   client plays its own episode, up to ``max_sessions`` at once. Its HTTP ``/reset`` and ``/step`` are stateless by
@@ -18,9 +20,13 @@
   ``background`` and ``history`` carry the same as data (``as_observation`` rebuilds the ``Observation`` our agents
   act on, so any agent of ours can play a client's seat).
 - **Action** (``SeatAction``): ``action_type``, ``argument`` and optional ``to``, or ``text``, a model's raw reply
-  (parsed as an ``LLMAgent`` parses it). A malformed one comes back as ``error`` in the observation.
-- **Refusals.** A ``/reset`` naming a scenario or seat the server does not serve is a 422, a ``/step`` without an
-  episode (HTTP is stateless) a 409, each ``{"detail": "<one line>"}``. In front of it all, the main server's
+  (parsed as an ``LLMAgent`` parses it); or ``finish``, which ends the episode there (the seat's pending move
+  fails, as when a policy stops early). A malformed one comes back as ``error`` in the observation.
+- **State** (``SeatState``): the scenario, seat and seed, the server's partners, judge, turn limit and partial
+  credit for it (a remote client checks its dataset row against them), and once done the reward and transcript.
+- **Refusals.** A ``/reset`` naming a scenario or seat the server does not serve is a 422; HTTP's ``/step`` and
+  ``/state`` (stateless: a fresh environment per request, so never an episode) a 409 whatever the body, each
+  ``{"detail": "<one line>"}`` naming the WebSocket. In front of it all, the main server's
   checks: ``Host`` and ``Origin`` (``security.HostCheck``) and the body's size (``security.BodyLimit``: 413 over
   ``max_body_bytes``, 411 without a ``Content-Length``).
 """
@@ -30,20 +36,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.observation import Observation as SeatView
 from sotopia_env.server.security import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, BodyLimit, HostCheck
+from sotopia_env.training.openenv_client import (  # the wire types live with the client; re-exported here
+    SeatAction,
+    SeatClient,
+    SeatObservation,
+    SeatState,
+    as_observation,
+)
 from sotopia_env.training.seat_rows import SeatRow, SeatRowError, SessionMaker, seat_rows
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
+
+__all__ = [
+    "SeatAction", "SeatClient", "SeatObservation", "SeatState", "SocialOpenEnv", "as_observation", "create_openenv_app",
+]  # fmt: skip
 
 ENV_NAME = "sotopia_env"
 
@@ -52,54 +66,10 @@ class NoEpisode(RuntimeError):
     """A step in a session that has no episode (HTTP's ``/step`` is stateless: a fresh environment each time)."""
 
 
-class SeatAction(Action):
-    """The seat's move: ``action_type`` (speak, non-verbal communication, action, leave, none), ``argument`` and
-    ``to``; or ``text``, a model's reply holding the action JSON."""
-
-    action_type: str = ""
-    argument: str = ""
-    to: list[str] | None = None
-    text: str | None = Field(None, description="a model's raw reply with the action JSON, instead of the fields")
-
-    def move(self) -> Any:
-        if self.text is not None:
-            return self.text
-        return {"action_type": self.action_type, "argument": self.argument, **({"to": self.to} if self.to else {})}
-
-
-class SeatObservation(Observation):
-    """What the seat observes (see the module docstring)."""
-
-    messages: list[dict[str, str]] = Field(default_factory=list)
-    text: str = ""
-    agent: str = ""
-    turn: int = 0
-    background: str = ""  # what the seat knows (scenario, itself, the others as far as it may see, its goal)
-    history: list[dict[str, Any]] = Field(default_factory=list)  # what it has observed, one entry per move
-    available_actions: list[str] = Field(default_factory=list)
-    recipients: list[str] = Field(default_factory=list)
-    phase: str = ""
-    choices: list[str] = Field(default_factory=list)
-    topic: str = ""  # what the scenario is about, in a few words
-    error: str | None = None
-    rated: bool | None = None
-    termination_reason: str | None = None
-
-
-def as_observation(seen: SeatObservation) -> SeatView:
-    """The ``sotopia_env.observation.Observation`` an agent of ours acts on, from a client's observation."""
-    return SeatView(**seen.model_dump(include=set(SeatView.model_fields)))
-
-
-class SeatState(State):
-    """The session's episode: which scenario, seat and seed, and whether it is over."""
-
-    scenario: str | None = None
-    seat: int | None = None
-    seed: int | None = None
-    done: bool = False
-    reward: float | None = None
-    transcript: list[dict[str, Any]] = Field(default_factory=list)  # once done: every turn, for logs (no observation)
+STATELESS = (
+    "{route} over HTTP has no episode: OpenEnv's HTTP routes make a fresh environment per request, so an episode "
+    "lives on the WebSocket /ws (OpenEnv's EnvClient: SeatClient, or training.openenv_client's TRL factory)"
+)
 
 
 def _observation(turn: SeatTurn) -> SeatObservation:
@@ -158,7 +128,10 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
             self.session.close()
         row = self._row(scenario, seat, seed)
         self.session = self.maker.open(row)
-        self._state = SeatState(episode_id=episode_id, scenario=row.scenario, seat=row.seat, seed=row.seed)
+        self._state = SeatState(
+            episode_id=episode_id, **row.model_dump(include={"scenario", "seat", "seed", "partners", "evaluator"}),
+            max_turns=row.max_turns, dense_reward=row.dense_reward,
+        )  # fmt: skip
         return _observation(await self.session.start())
 
     async def step_async(self, action: SeatAction, timeout_s: float | None = None, **kwargs: Any) -> SeatObservation:
@@ -167,7 +140,12 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
                 "step before reset: reset starts an episode (over HTTP, /reset and /step are stateless; "
                 "play an episode over the WebSocket /ws)"
             )
-        turn = await self.session.step(action.move())
+        if action.finish:  # the caller stops here (TRL's get_reward): the seat's pending move fails, as locally
+            await self.session.finish()
+            turn = self.session.turn
+            assert turn is not None
+        else:
+            turn = await self.session.step(action.move())
         if turn.error is None:
             self._state.step_count += 1
         self._state.done = turn.done
@@ -191,23 +169,6 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
-
-
-class SeatClient(EnvClient[SeatAction, SeatObservation, SeatState]):
-    """OpenEnv's client for this server, typed: ``async with SeatClient(base_url=URL) as env: await env.reset(...)``
-    (or ``SeatClient(base_url=URL).sync()``)."""
-
-    def _step_payload(self, action: SeatAction) -> dict[str, Any]:
-        return action.model_dump(exclude_none=True, exclude={"metadata"})
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[SeatObservation]:
-        observation = SeatObservation(
-            **payload.get("observation", {}), done=payload.get("done", False), reward=payload.get("reward")
-        )
-        return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))
-
-    def _parse_state(self, payload: dict[str, Any]) -> SeatState:
-        return SeatState(**payload)
 
 
 def create_openenv_app(
@@ -240,9 +201,43 @@ def create_openenv_app(
     )
     app.add_exception_handler(SeatRowError, _refused(422))
     app.add_exception_handler(NoEpisode, _refused(409))
+    _answer_stateless(app, ("/step", "POST"), ("/state", "GET"))
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     app.add_middleware(HostCheck, hosts=list(allowed_hosts), origins=list(allowed_origins))  # added last: runs first
     return app
+
+
+def _answer_stateless(app: Any, *routes: tuple[str, str]) -> None:
+    """OpenEnv's HTTP ``/step`` and ``/state`` run on a fresh environment each time, so they can never see an
+    episode: each is a 409 with one line pointing at the WebSocket, whatever its body (they stay in the OpenAPI
+    document, as OpenEnv's ``validate`` expects of a simulation-mode server)."""
+    for path, method in routes:
+        for route in app.router.routes:
+            if getattr(route, "path", None) == path and method in getattr(route, "methods", ()):
+                message = STATELESS.format(route=f"{method} {path}")
+
+                async def refuse(request: Request, message: str = message) -> JSONResponse:
+                    return JSONResponse({"detail": message}, status_code=409)
+
+                route.endpoint = refuse
+                route.app = Route(path, refuse, methods=[method]).app
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` (PEP 562, built on first use): the app ``openenv.yaml`` names (``uvicorn
+    sotopia_env.server.openenv_app:app``), serving ``$SOTOPIA_ENV_OPENENV_SCENARIOS`` (default ``verifiable``) with
+    the default partners and judge; ``$SOTOPIA_ENV_OPENENV_ALLOWED_HOSTS`` (comma-separated) adds ``Host`` names
+    to loopback's. ``sotopia-env openenv`` (the Docker image's command) takes every option instead."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import os
+
+    extra = [h.strip() for h in os.environ.get("SOTOPIA_ENV_OPENENV_ALLOWED_HOSTS", "").split(",") if h.strip()]
+    built = create_openenv_app(
+        os.environ.get("SOTOPIA_ENV_OPENENV_SCENARIOS", "verifiable"), allowed_hosts=[*LOOPBACK_HOSTS, *extra]
+    )
+    globals()["app"] = built
+    return built
 
 
 def _refused(status: int):
