@@ -42,13 +42,14 @@ def library_of(request: Request) -> Library:
 
 @router.get("/models", summary="Model specs: the embedded models, and the server's default model server")
 def models(request: Request) -> dict[str, Any]:
+    from sotopia_env.agents.loading import NO_MODEL_SPECS
     from sotopia_env.embedded_models import list_models
 
     embedded = [{"alias": m.alias, "hub_id": m.hub_id, "cached": m.cached} for m in list_models()]
     servers = request.app.state.simulations.servers
     return {
         "embedded": embedded,
-        "rule_agents": ["rule-partner", "rule-player"],
+        "rule_agents": sorted(NO_MODEL_SPECS - {"human"}),
         "human": "human",
         "api_base": servers.default,
         "allowed_providers": sorted(servers.providers),

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.agents.base import Agent
-from sotopia_env.agents.loading import RULE_PARTNER, RULE_PLAYER, load_agent
+from sotopia_env.agents.loading import NO_MODEL_SPECS, RULE_PARTNER, RULE_PLAYER, load_agent
 from sotopia_env.backends.endpoints import ApiBase, ModelServers
 from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
@@ -26,7 +26,7 @@ from sotopia_env.prompt import SOTOPIA
 from sotopia_env.sampler import sample_setup
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession
 
-RULE_AGENTS = (RULE_PARTNER, RULE_PLAYER)
+RULE_AGENTS = tuple(sorted(NO_MODEL_SPECS - {"human"}))  # partners that need no stand-in: they call no model
 
 
 class SeatRowError(UserError, ValueError):
