@@ -83,7 +83,12 @@ SPLITS = {"dev": "verifiable:dev", "test": "verifiable:test"}
 # what the table compares each trained row with (the stage it was trained from)
 REFERENCE = {"bc": "base", "sr": "bc", **{row: start for row, (start, _) in GRPO_ROWS.items()}}
 # rows the table also compares directly: the true reward against its control of the same compute and no signal
-CONTRASTS = (("grpo", "grpo-shuffled"), ("sr-grpo", "sr-grpo-shuffled"))
+CONTRASTS = (
+    ("grpo", "grpo-shuffled"),
+    ("sr-grpo", "sr-grpo-shuffled"),
+    ("grpo", "heuristic"),  # issue #57's target: GRPO from BC beats its own BC expert
+    ("sr-grpo", "heuristic"),
+)
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,22 @@ def test_rows_parse_with_overrides_and_temperature():
         episode_rl.Row.parse("ppo")
 
 
+def test_the_baselines_are_rows_played_on_the_rows_instances_and_seeds(tmp_path):
+    """``random``, ``heuristic`` and ``oracle`` are untrained rows (one evaluation, no training seed), played on the
+    same starts, seeds and turn limit as every row, so the table shows them beside each learned row."""
+    args = episode_args(k=2, kinds="bargaining", batch=8, max_turns=10)
+    goals = {}
+    for name in ("random", "heuristic", "oracle"):
+        row = episode_rl.Row.parse(name)
+        assert row.start is None and name not in episode_rl.TRAINED
+        records = episode_rl.evaluate(lambda name=name: f"baseline-{name}", row, "dev", args, [])
+        assert {r["kind"] for r in records} == {"bargaining"} and len(records) == 4 * 3  # 4 instances x (1 + k)
+        assert {r["seed"] for r in records} == {0, 1, 2}
+        goals[name] = np.mean([r["goal"] for r in records])
+    assert goals["oracle"] == 10 and goals["random"] < goals["heuristic"] < goals["oracle"]
+    assert ("grpo", "heuristic") in episode_rl.CONTRASTS
+
+
 def episode_args(**kw) -> argparse.Namespace:
     """``episode_rl.py``'s arguments at their defaults (those the guard keeps), ``kw`` changed."""
     settings = dict(
