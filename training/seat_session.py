@@ -21,7 +21,9 @@ judge's rating are exactly those of our own episodes.
   judge could not rate it, never 0.
 
 ``BackgroundLoop`` runs sessions for synchronous callers (TRL calls ``reset`` and tools synchronously): one event
-loop on a daemon thread, shared by every session of the process, so partners' and judges' backends batch together.
+loop on a daemon thread, shared by every session of the process. Partners' and judges' calls overlap only when the
+caller has several sessions waiting at once: ``training.trl_rollouts`` gathers a whole batch's moves; TRL's
+``environment_factory`` calls one sample's tools after another's, so there each call waits on the previous one.
 """
 
 from __future__ import annotations
