@@ -1,6 +1,11 @@
 """The GPU smoke test's three stages in one table: generation, 2 steps of episode GRPO, 2 steps through TRL's
 environment (``GRPOTrainer(environment_factory=...)``, ``training/trl_env.py``).
 
+The TRL stage's generations are constrained to a tool call (``ToolCallMask``: an xgrammar regex of the chat
+template's ``<tool_call>{"name": "speak", "arguments": {"words": ...}}</tool_call>``, the words free within a
+bound), so even random weights call the environment's tools and the tool path runs (TRL parses the call, the
+environment moves, the partner answers); the stage fails when TRL counted no tool call.
+
     python benchmarks/gpu_smoke.py --shape DIR [--out OUT] [--cpu]
     python benchmarks/gpu_smoke.py --prepare DIR    # here: DIR gets SmolLM2-135M's config and tokenizer, no weights
 
@@ -157,8 +162,54 @@ def stage_episode_grpo(model: str, tiny: bool, work: Path) -> dict[str, Any]:
     }
 
 
+TOOL_CALL_REGEX = r'<tool_call>\n\{"name": "speak", "arguments": \{"words": "[A-Za-z ,.!?]{1,24}"\}\}\n</tool_call>'
+
+
+def tool_call_generate(policy: Any, tokenizer: Any) -> None:
+    """Make every ``policy.generate`` (TRL's, under its tool loop) emit one tool call: constrained decoding by
+    ``TOOL_CALL_REGEX`` with xgrammar, then the end of the turn."""
+    import xgrammar as xgr
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    vocab = policy.config.vocab_size
+    stop = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id]
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab, stop_token_ids=sorted(set(stop)))
+    grammar = xgr.GrammarCompiler(info).compile_regex(TOOL_CALL_REGEX)
+
+    class ToolCallMask(LogitsProcessor):
+        def __init__(self, rows: int) -> None:
+            self.matchers = [xgr.GrammarMatcher(grammar) for _ in range(rows)]
+            self.bitmask = xgr.allocate_token_bitmask(rows, vocab)
+            self.step = 0
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            active = []
+            for i, matcher in enumerate(self.matchers):
+                if self.step and not matcher.is_terminated() and not matcher.accept_token(int(input_ids[i, -1])):
+                    continue  # the row has stopped (padding follows)
+                if not matcher.is_terminated():
+                    matcher.fill_next_token_bitmask(self.bitmask, i)
+                    active.append(i)
+            self.step += 1
+            if active:
+                xgr.apply_token_bitmask_inplace(
+                    scores, self.bitmask.to(scores.device), vocab_size=vocab, indices=active
+                )
+            return scores
+
+    plain = policy.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        rows = (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape[0]
+        kwargs["logits_processor"] = LogitsProcessorList([ToolCallMask(rows)])
+        return plain(*args, **kwargs)
+
+    policy.generate = generate
+
+
 def stage_trl_env(model: str, tiny: bool, work: Path) -> dict[str, Any]:
-    """2 steps of TRL's GRPOTrainer with our worlds as its ``environment_factory`` (a LoRA; TRL places the model)."""
+    """2 steps of TRL's GRPOTrainer with our worlds as its ``environment_factory`` (a LoRA; TRL places the model),
+    every generation constrained to a tool call (``tool_call_generate``)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from peft import LoraConfig
@@ -174,7 +225,9 @@ def stage_trl_env(model: str, tiny: bool, work: Path) -> dict[str, Any]:
     policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16 if cuda else torch.float32)
     maker = SessionMaker()
     rows = seat_rows("verifiable:train", library=maker.library)
-    batch, group, length, calls = (2, 2, 16, 2) if tiny else (8, 4, 128, 4)
+    tool_call_generate(policy, tokenizer)
+    episodes: list[float | None] = []
+    batch, group, length, calls = (2, 2, 96, 2) if tiny else (8, 4, 192, 4)
     args = GRPOConfig(
         output_dir=str(work / "trl-env"), max_steps=2, learning_rate=1e-4, per_device_train_batch_size=batch,
         num_generations=group, max_completion_length=length, max_tool_calling_iterations=calls, temperature=1.0,
@@ -199,20 +252,24 @@ def stage_trl_env(model: str, tiny: bool, work: Path) -> dict[str, Any]:
         train_dataset=trl_dataset(rows, maker),
         processing_class=tokenizer,
         peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
-        environment_factory=tool_env_factory(maker),
+        environment_factory=tool_env_factory(maker, lambda _log, reward: episodes.append(reward)),
         callbacks=[timer],
     )
     _reset_peak()
     trainer.train()
     tokens = max((row.get("num_tokens", 0) for row in trainer.state.log_history), default=0)
+    per_rollout = [row["tools/call_frequency"] for row in trainer.state.log_history if "tools/call_frequency" in row]
+    tool_calls = round(sum(per_rollout) * batch)
+    if tool_calls < 1:
+        raise RuntimeError("TRL counted no tool call: the tool path did not run")
     return {
         "step_s": sum(timer.times) / len(timer.times),
         "tokens_per_s": tokens / sum(timer.times),
         "peak_memory": _peak_memory(),
         "placement": weights_placement(trainer.model),
         "what": (
-            f"{len(timer.times)} steps of {batch} rollouts ({group} per start); "
-            "tokens/s: TRL's num_tokens (prompts and completions)"
+            f"{len(timer.times)} steps of {batch} rollouts ({group} per start), {tool_calls} tool calls (constrained), "
+            f"{len(episodes)} episodes ended; tokens/s: TRL's num_tokens (prompts and completions)"
         ),
     }
 

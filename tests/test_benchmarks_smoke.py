@@ -136,3 +136,5 @@ def test_gpu_smoke_dry_run_gives_every_stage_a_row_on_the_cpu(embedded_model_pat
     for stage in ("generation", "episode_grpo", "trl_env"):
         assert rows[stage][5].strip() == "cpu float32"  # the device and dtype the stage's model was on
         assert float(rows[stage][2]) > 0 and float(rows[stage][3]) > 0  # step time, tokens per second
+    calls = int(rows["trl_env"][6].split(" tool calls (constrained)")[0].rsplit(", ", 1)[1])
+    assert calls >= 1  # the constrained call went through TRL's tool loop into the environment

@@ -65,6 +65,8 @@ from sotopia_env.training.episode_rollouts import (
     Rollout,
     Sample,
     StartPicker,
+    by_seat,
+    has_signal,
     interleaved,
     play_many,
     policy_backend,
@@ -105,6 +107,7 @@ class EpisodeGRPOConfig(BaseTrainConfig):
     evaluator: str = "verifiable"  # an evaluator spec: its rating of the policy's seat is the reward
     seat: int = 0  # the policy's seat (0: first)
     role: str | None = None  # games: the policy plays every seat of this role or team instead of ``seat``
+    self_play: bool = False  # the policy in every seat, each seat's reward its own rating, groups per (start, seat)
     max_turns: int = 8  # the env's turn limit
     group_size: int = 4  # episodes per start (different sampling seeds)
     groups_per_step: int = 4  # starts per step, their kinds interleaved
@@ -150,6 +153,8 @@ class EpisodeGRPOConfig(BaseTrainConfig):
             raise ValueError("epsilon must be in (0, 1), epsilon_high positive, importance_sampling_cap at least 1")
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
+        if self.self_play and self.role is not None:
+            raise ValueError(f"self_play plays every seat: drop role ({self.role!r}) or self_play")
         if self.rollout_server is not None and (problem := template_problem(self.rollout_server)):
             raise ValueError(f"rollout_server.{problem[0]}: {problem[1]}")
 
@@ -420,6 +425,7 @@ def make_rollout(config: EpisodeGRPOConfig, policy_spec: str) -> Rollout:
         setups=setups,
         seat=config.seat,
         role=config.role,
+        self_play=config.self_play,
         partner=partner,
         evaluator=make_evaluator(config.evaluator, "goal", config.api_base),
         env=EnvConfig(max_turns=config.max_turns),
@@ -600,12 +606,13 @@ def play_groups(
     step: int,
     guard: Callable[[Awaitable[Any]], Awaitable[Any]] | None = None,
 ) -> tuple[list[Group], int, int]:
-    """The step's groups (played concurrently, ``group_size`` seeds per start), the starts skipped, and the
-    groups played; with dynamic sampling, rounds of extra groups replace those without signal, up to
-    ``max_resample_groups`` extra groups. ``guard`` wraps each round (a rollout server's: it ends the round
-    when the server dies)."""
+    """The step's groups (played concurrently, ``group_size`` seeds per start; with self-play, one group per
+    (start, seat)), the starts skipped, and the groups played; with dynamic sampling, rounds of extra groups replace
+    those without signal, up to ``max_resample_groups`` extra groups. ``guard`` wraps each round (a rollout
+    server's: it ends the round when the server dies)."""
     groups: list[Group] = []
     skipped_total, extra = 0, 0
+    starts_with_signal = 0  # self-play: a start carries signal when any of its seats' groups does
     wanted = config.groups_per_step
     while wanted > 0:
         starts, skipped = picker.pick(wanted, step)
@@ -619,10 +626,13 @@ def play_groups(
         episodes = asyncio.run(guard(work) if guard else work)
         for g, start in enumerate(starts):
             group = episodes[g * config.group_size : (g + 1) * config.group_size]
-            groups.append((group, picker.record(start, step, [e.reward for e in group])))
+            seat_groups = by_seat(group) if rollout.self_play else [group]  # self-play: one group per seat
+            signals = [has_signal([e.reward for e in sg]) for sg in seat_groups]
+            starts_with_signal += picker.record(start, step, [e.reward for e in group], signal=any(signals))
+            groups.extend(zip(seat_groups, signals, strict=True))
         if not config.dynamic_sampling:
             break
-        missing = config.groups_per_step - sum(signal for _, signal in groups)
+        missing = config.groups_per_step - starts_with_signal
         wanted = min(missing, config.max_resample_groups - extra)
         extra += max(wanted, 0)
     return groups, skipped_total, len(groups)

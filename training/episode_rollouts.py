@@ -12,6 +12,10 @@ exactly the token ids it sampled, the moves that earned credit, a reward, and th
 - **Reward.** The evaluator's rating of the policy's seat (``None`` when unrated: no advantage, never 0), plus an
   optional dense part on verifiable scenarios (the kind's partial credit), capped so that success always
   dominates: ``sotopia_env.rewards.episode_reward``, where every rating becomes a reward.
+- **Self-play.** With ``Rollout.self_play`` the policy sits in every seat (no partner): each seat's credited
+  turns are its own samples and its reward is its own rating (``Episode.seats``); ``by_seat`` splits a group of
+  episodes into one group per seat, so GRPO's group baseline compares a seat with the same seat of the same start
+  (groups keyed by (start, seat)), never a seller's reward with a buyer's.
 - **Starts.** ``StartPicker`` hands out group starts with the scenario kinds interleaved (a step mixes kinds) and,
   with dynamic sampling, skips a start whose last group had equal rewards (all won or all lost) for a few steps.
 """
@@ -116,10 +120,20 @@ def decided_turn(log: EpisodeLog) -> int | None:
     return next((turn for move, turn in zip(talk.moves, partner_turns, strict=True) if move.act in DECIDING), None)
 
 
-def credited_samples(log: EpisodeLog, moves: Sequence[tuple[int, Completion]]) -> list[Sample]:
-    """The samples of the moves that could shape the outcome: every move before the deciding answer."""
+def credited_samples(log: EpisodeLog, moves: Sequence[tuple[int, Completion]], deciding: bool = False) -> list[Sample]:
+    """The samples of the moves that could shape the outcome: every move before the deciding answer, and with
+    ``deciding`` (the partner's seat, played by the policy in self-play) that answer too."""
     decided = decided_turn(log)
-    return [sample_of(c) for turn, c in moves if decided is None or turn < decided]
+    return [sample_of(c) for turn, c in moves if decided is None or turn < decided or (deciding and turn == decided)]
+
+
+@dataclass
+class SeatPart:
+    """One learner seat's share of an episode: its own reward and its own credited samples."""
+
+    reward: Reward
+    samples: list[Sample]
+    calls: int = 0
 
 
 @dataclass
@@ -129,6 +143,25 @@ class Episode:
     samples: list[Sample]  # the credited generations
     calls: int = 0  # every call the policy made (retries and failures included)
     error: str | None = None
+    seats: dict[int, SeatPart] = field(default_factory=dict)  # per learner seat (self-play splits on these)
+
+
+def by_seat(group: Sequence[Episode]) -> list[list[Episode]]:
+    """A self-play group split into one group per learner seat, each episode reduced to that seat's reward,
+    samples and calls: GRPO's groups keyed by (start, seat). An episode that could not be played counts as unrated
+    in every seat. A group without per-seat parts (one learner seat) comes back whole."""
+    seats = sorted({s for e in group for s in e.seats})
+    if len(seats) < 2:
+        return [list(group)]
+    return [
+        [
+            Episode(e.log, e.seats[s].reward, e.seats[s].samples, e.seats[s].calls, e.error)
+            if s in e.seats
+            else Episode(e.log, Reward(None), [], 0, e.error)
+            for e in group
+        ]
+        for s in seats
+    ]
 
 
 # -- playing ------------------------------------------------------------------------------------------------------
@@ -137,7 +170,8 @@ class Episode:
 @dataclass
 class Rollout:
     """Everything a rollout needs besides the policy's backend. The policy plays ``seat``, or, with ``role``, every
-    seat whose game role or team is ``role`` (one role's seat, or a whole team); ``partner`` plays the others."""
+    seat whose game role or team is ``role`` (one role's seat, or a whole team); ``partner`` plays the others.
+    With ``self_play`` the policy plays every seat, each seat rewarded by its own rating (``partner`` unused)."""
 
     setups: list[EpisodeSetup]
     seat: int
@@ -152,6 +186,7 @@ class Rollout:
     partner_settings: GenerationSettings = field(default_factory=GenerationSettings)
     role: str | None = None
     prompt: str | None = None  # the policy's prompt (sotopia_env.prompt); None: its backend's
+    self_play: bool = False  # the policy in every seat, one reward per seat (``by_seat``)
 
     def partner_agent(self) -> Agent:
         from sotopia_env.agents.loading import load_agent
@@ -161,7 +196,9 @@ class Rollout:
     def learner_seats(self, setup: EpisodeSetup) -> list[int]:
         """The seats the policy plays in ``setup``; ValueError (one line) when there are none."""
         game = setup.scenario.game
-        if self.role is None:
+        if self.self_play:
+            seats = list(range(setup.scenario.num_agents))
+        elif self.role is None:
             seats = [self.seat] if self.seat < setup.scenario.num_agents else []
         elif game is None:
             seats = []
@@ -177,13 +214,13 @@ async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed
     """One episode of the policy (on ``backend``) in its seat against the partner, rated; its credited samples."""
     from sotopia_env.episodes.runner import play
 
-    recorder = RecordingBackend(backend)
     learners = rollout.learner_seats(setup)
+    recorders = {seat: RecordingBackend(backend) for seat in learners}  # each seat's calls counted apart
     constrained = rollout.constrained
     policies = {  # one agent per seat (each keeps its own moves); the seeds differ so teammates do not sample alike
         seat: CreditingAgent(
             LLMAgent(
-                recorder,
+                recorders[seat],
                 settings=replace(rollout.settings, seed=seed + 7919 * k),
                 constrained=constrained,
                 prompt=rollout.prompt,
@@ -198,13 +235,19 @@ async def play_one(rollout: Rollout, backend: Backend, setup: EpisodeSetup, seed
     except MissingSampledIds:
         raise
     except Exception as exc:  # a partner or judge that breaks: this episode is unrated, the run goes on
-        return Episode(None, Reward(None), [], len(recorder.calls), f"{type(exc).__name__}: {exc}")
-    rewards = [
-        episode_reward(log, seat, rollout.env.reward_dimension, rollout.turn_reward, rollout.dense_reward)
+        calls = sum(len(r.calls) for r in recorders.values())
+        return Episode(None, Reward(None), [], calls, f"{type(exc).__name__}: {exc}")
+    parts = {
+        seat: SeatPart(
+            episode_reward(log, seat, rollout.env.reward_dimension, rollout.turn_reward, rollout.dense_reward),
+            credited_samples(log, policies[seat].moves, deciding=seat == PARTNER_SEAT and len(learners) > 1),
+            len(recorders[seat].calls),
+        )
         for seat in learners
-    ]
-    samples = [sample for policy in policies.values() for sample in credited_samples(log, policy.moves)]
-    return Episode(log, team_reward(rewards), samples, len(recorder.calls))
+    }
+    samples = [sample for part in parts.values() for sample in part.samples]
+    calls = sum(part.calls for part in parts.values())
+    return Episode(log, team_reward([p.reward for p in parts.values()]), samples, calls, seats=parts)
 
 
 async def play_many(rollout: Rollout, backend: Backend, starts: Sequence[tuple[EpisodeSetup, int]]) -> list[Episode]:
@@ -249,6 +292,12 @@ def interleaved(setups: Sequence[EpisodeSetup], seed: int) -> list[int]:
     return order
 
 
+def has_signal(rewards: Sequence[Reward]) -> bool:
+    """Whether a group's rewards can teach anything: two or more rated, not all equal."""
+    rated = [r.value for r in rewards if r.value is not None]
+    return len(rated) >= 2 and statistics.pstdev(rated) > 1e-4
+
+
 @dataclass
 class StartPicker:
     """Hands out group starts in ``interleaved`` order. With ``dynamic`` (DAPO-style dynamic sampling), a start
@@ -280,10 +329,10 @@ class StartPicker:
             self.cursor += 1
         return chosen, skipped
 
-    def record(self, start: int, step_: int, rewards: Sequence[Reward]) -> bool:
-        """Note a played group; whether it carried signal (two or more rated, not all equal)."""
-        rated = [r.value for r in rewards if r.value is not None]
-        signal = len(rated) >= 2 and statistics.pstdev(rated) > 1e-4
+    def record(self, start: int, step_: int, rewards: Sequence[Reward], signal: bool | None = None) -> bool:
+        """Note a played group; whether it carried signal (``has_signal``, unless the caller decided: self-play
+        judges each seat's group apart)."""
+        signal = has_signal(rewards) if signal is None else signal
         if signal:
             self.flat_since.pop(start, None)
         else:
