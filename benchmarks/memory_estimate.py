@@ -117,8 +117,8 @@ def estimate(stage: Stage, gpu_gb: float) -> dict[str, float]:
     return rows
 
 
-def trl_recipe() -> tuple[int, int, int, int, str]:
-    """``examples/trl_grpo.py``'s 7B recipe: (batch, completion tokens, LoRA rank, moves, model)."""
+def trl_recipe() -> tuple[int, int, int, int, str, int]:
+    """``examples/trl_grpo.py``'s 7B recipe: (batch, completion tokens, LoRA rank, moves, model, micro-batch)."""
     spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "examples" / "trl_grpo.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -126,7 +126,8 @@ def trl_recipe() -> tuple[int, int, int, int, str]:
     spec.loader.exec_module(module)
     recipe = module.RECIPES["7b-gpu"]
     moves = 4  # a verifiable episode of 8 turns: 4 moves of the policy's seat
-    return recipe.batch, moves * (recipe.move_tokens + module.ANSWER_TOKENS), recipe.lora_r, moves, recipe.model
+    completion = moves * (recipe.move_tokens + module.ANSWER_TOKENS)
+    return recipe.batch, completion, recipe.lora_r, moves, recipe.model, recipe.micro_batch or recipe.batch
 
 
 def stages(prompt_tokens: int) -> list[Stage]:
@@ -139,15 +140,14 @@ def stages(prompt_tokens: int) -> list[Stage]:
         prefix * (completion + 1), False, util,
         f"{prefix} turns share one prompt prefix ({prompt_tokens} tokens), {completion} completion tokens each",
     )  # fmt: skip
-    batch, completion, rank, moves, model = trl_recipe()
+    batch, completion, rank, moves, model, micro = trl_recipe()
     length = prompt_tokens + completion
     trl_as_is = Stage(
-        "trl-grpo (recipe as is)", model, rank, batch * length, batch * completion, True, 0.3,
+        "trl-grpo (one micro-batch)", model, rank, batch * length, batch * completion, True, 0.3,
         f"per_device_train_batch_size {batch} in one micro-batch, {length} tokens each (TRL 1.16 fuses the LM head)",
     )  # fmt: skip
-    micro = 4
     trl_fit = Stage(
-        f"trl-grpo (micro-batch {micro}, fused head)", model, rank, micro * length, micro * completion, True, 0.3,
+        f"trl-grpo (the recipe: micro-batch {micro})", model, rank, micro * length, micro * completion, True, 0.3,
         f"per_device_train_batch_size {micro}, gradient_accumulation_steps {batch // micro} (the same {batch} "
         "rollouts a step), TRL's fused LM head",
     )  # fmt: skip

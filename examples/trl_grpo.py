@@ -46,12 +46,15 @@ class Recipe:
     vllm: bool
     lora_r: int
     learning_rate: float
+    micro_batch: int | None = None  # rollouts per backward pass (None: the whole batch); the rest is accumulated
 
 
 RECIPES = {
     "cpu": Recipe("smollm2-135m", 8, 1, 4, 4, 4, 64, False, False, 16, 2e-4),
     # SOTOPIA-RL-sized: one GPU for policy and vLLM (colocate); more GPUs: accelerate launch this file
-    "7b-gpu": Recipe("Qwen/Qwen2.5-7B-Instruct", 100, None, 200, 64, 8, 128, True, True, 64, 1e-5),
+    # 64 rollouts a step in micro-batches of 4: one backward pass of 64 x ~2,100 tokens does not fit 80 GB
+    # (benchmarks/memory_estimate.py, docs/scale.md)
+    "7b-gpu": Recipe("Qwen/Qwen2.5-7B-Instruct", 100, None, 200, 64, 8, 128, True, True, 64, 1e-5, micro_batch=4),
 }
 
 
@@ -169,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
         output_dir=args.out,
         max_steps=recipe.grpo_steps if args.grpo_steps is None else args.grpo_steps,
         learning_rate=recipe.learning_rate,
-        per_device_train_batch_size=recipe.batch,
+        per_device_train_batch_size=recipe.micro_batch or recipe.batch,
+        gradient_accumulation_steps=recipe.batch // (recipe.micro_batch or recipe.batch),
         num_generations=recipe.group,
         max_completion_length=chosen.max_completion_length,
         max_tool_calling_iterations=chosen.max_tool_calls,

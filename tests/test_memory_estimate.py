@@ -36,9 +36,9 @@ def me_components(rows):
 def test_the_recipes_as_configured_and_the_fix():
     results = {s.name: me.estimate(s, 80) for s in me.stages(1100)}
     assert results["episode-grpo"]["headroom"] > 0
-    assert results["trl-grpo (recipe as is)"]["headroom"] < 0  # 64 x 2,124 tokens in one backward: no
-    assert results["trl-grpo (micro-batch 4, fused head)"]["headroom"] > 0
-    assert results["trl-grpo (recipe as is)"]["(logits if not fused)"] > 70  # 64 x 1,024 x 152k fp32, twice
+    assert results["trl-grpo (one micro-batch)"]["headroom"] < 0  # 64 x 2,124 tokens in one backward: no
+    assert results["trl-grpo (the recipe: micro-batch 4)"]["headroom"] > 0
+    assert results["trl-grpo (one micro-batch)"]["(logits if not fused)"] > 70  # 64 x 1,024 x 152k fp32, twice
 
 
 def test_the_script_prints_the_table():
