@@ -5,8 +5,10 @@ from __future__ import annotations
 from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema, parse_action
 from sotopia_env.agents.base import Usage
 from sotopia_env.backends.base import Backend, Completion, GenerationSettings, raise_service_failure
+from sotopia_env.limits import ANSWER_RETRIES
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
+from sotopia_env.tool_calls import TOOLS, parse_tool_call, tool_schemas
 from sotopia_env.topic import TOPIC_BIAS, seat_topic_words
 
 # The chat settings of interactive episodes (``run``, the server's simulations): greedy, with a penalty on tokens
@@ -21,7 +23,8 @@ CHAT_SETTINGS = {
 
 
 class LLMAgent:
-    """Prompts ``backend`` with ``render_prompt`` and parses the action JSON it returns.
+    """Prompts ``backend`` with ``render_prompt`` and parses the action JSON it returns (under the ``tools`` prompt,
+    a TRL-trained policy's: sends the seat's tools with the request and parses the tool call it returns).
 
     ``prompt`` names the prompt (``sotopia_env.prompt.PROMPTS``); None takes the one the backend's model is
     prompted with (a backend's ``preferred_prompt``: the local backend's small models get ``chat``, a trained
@@ -45,7 +48,7 @@ class LLMAgent:
         self,
         backend: Backend,
         settings: GenerationSettings | None = None,
-        max_retries: int = 2,
+        max_retries: int = ANSWER_RETRIES,
         constrained: bool = True,
         prompt: str | None = None,
     ) -> None:
@@ -70,9 +73,10 @@ class LLMAgent:
         self.last_reply = None
         if not obs.my_turn:
             return AgentAction(action_type=ActionType.none)
+        tools = tool_schemas() if self.prompt == TOOLS else None  # the reply is a tool call, not our JSON
         schema = (
             action_json_schema(obs.available_actions, obs.recipients or None, obs.choices or None)
-            if self.constrained
+            if self.constrained and tools is None
             else None
         )
         messages = render_prompt(obs, self.prompt)
@@ -84,8 +88,9 @@ class LLMAgent:
         for attempt in range(1 + self.max_retries):
             settings = self.settings if attempt == 0 else self.settings.for_retry()
             request = settings.request(
-                messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)), favour_words=topic
-            )
+                messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)), favour_words=topic,
+                tools=tools,
+            )  # fmt: skip
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)
             raise_service_failure(completion)  # the model never answered: not the agent's error (episode failed)
@@ -93,7 +98,11 @@ class LLMAgent:
                 problems.append(f"backend error: {completion.error}")
                 continue
             try:
-                action = parse_action(completion.text)
+                action = (
+                    parse_action(completion.text)
+                    if tools is None
+                    else parse_tool_call(completion.text, completion.meta.get("tool_calls"))
+                )
             except InvalidAction as exc:
                 problems.append(str(exc))
                 continue

@@ -33,7 +33,7 @@ from sotopia_env.cli.options import (
     ray_config,
 )
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
-from sotopia_env.episodes.job_fields import DEFAULT_MODEL
+from sotopia_env.episodes.job_fields import DEFAULT_MODEL, EPISODES_PER_SCENARIO_HELP, MAX_EPISODES_PER_SCENARIO
 
 if TYPE_CHECKING:
     from sotopia_env.episodes.benchmark import BenchmarkSpec
@@ -53,7 +53,7 @@ def benchmark(
         "test", "--scenarios", help="all, hard, test, dev, train, a tag, TAG:SPLIT (verifiable:test), or comma ids."
     ),
     episodes_per_scenario: int = typer.Option(
-        1, "--episodes-per-scenario", min=1, max=10_000, help="Character pairings per scenario (each in both seats)."
+        1, "--episodes-per-scenario", min=1, max=MAX_EPISODES_PER_SCENARIO, help=EPISODES_PER_SCENARIO_HELP
     ),
     concurrency: int = Concurrency,
     max_turns: int = MaxTurns,

@@ -12,6 +12,7 @@ import typer
 from sotopia_env.cli.common import check_output_file, console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, model_servers
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
+from sotopia_env.limits import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
 
@@ -202,7 +203,7 @@ def evaluate(
     json_out: Path = typer.Option(None, "--json", help="With --judge: also write the agreement report here."),
     dimensions: str = Dimensions,
     api_base: list[str] = ApiBase,
-    concurrency: int = typer.Option(8, min=1, max=100_000, help="Ratings in flight at once."),
+    concurrency: int = typer.Option(DEFAULT_CONCURRENCY, min=1, max=MAX_CONCURRENCY, help="Ratings in flight at once."),
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
 ) -> None:

@@ -12,6 +12,7 @@ import typer
 
 from sotopia_env.cli.common import console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
+from sotopia_env.limits import DEFAULT_CONCURRENCY
 
 if TYPE_CHECKING:
     from sotopia_env.backends.base import Backend
@@ -25,7 +26,7 @@ Model = typer.Option(DEFAULT_MODEL, "--model", help="Model spec: an alias, a hub
 Count = typer.Option(10, "--n", min=0, max=100_000, help="How many items to generate (scenarios: fresh seeds to use).")
 Out = typer.Option(..., "--out", help="Directory the YAML files (one per item) are written to.")
 Seed = typer.Option(0, "--seed", help="Seeds example choice, attribute sampling and generation.")
-Concurrency = typer.Option(8, "--concurrency", min=1, max=4096, help="Generations in flight at once.")
+Concurrency = typer.Option(DEFAULT_CONCURRENCY, "--concurrency", min=1, max=4096, help="Generations in flight at once.")
 Attempts = typer.Option(3, "--attempts", min=1, max=100, help="Tries per item before it is skipped as failed.")
 MaxNewTokens = typer.Option(700, "--max-new-tokens", min=16, help="Token limit of each reply.")
 Temperature = typer.Option(0.9, "--temperature", min=0.0, help="Sampling temperature.")

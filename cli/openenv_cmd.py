@@ -21,6 +21,7 @@ from sotopia_env.cli.options import (
     model_servers,
     served_hosts_or_fail,
 )
+from sotopia_env.limits import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TURNS
 
 
 def openenv(
@@ -35,8 +36,10 @@ def openenv(
     judge: str = typer.Option(
         None, "--judge", help="The LLM judge of SOTOPIA scenarios (verifiable scenarios and games are judged exactly)."
     ),
-    max_turns: int = typer.Option(20, "--max-turns", min=1, help="Turn limit of each episode."),
-    max_sessions: int = typer.Option(64, "--max-sessions", min=1, max=4096, help="Episodes (WebSockets) at once."),
+    max_turns: int = typer.Option(DEFAULT_MAX_TURNS, "--max-turns", min=1, help="Turn limit of each episode."),
+    max_sessions: int = typer.Option(
+        DEFAULT_MAX_SESSIONS, "--max-sessions", min=1, max=4096, help="Episodes (WebSockets) at once."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; any but loopback needs --public."),
     port: int = typer.Option(8010, "--port", min=1, max=65535, help="Port to listen on."),
     public: bool = typer.Option(

@@ -11,6 +11,9 @@ from sotopia_env.episodes.job_fields import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_TURNS,
     DEFAULT_MODEL,
+    DEFAULT_RETRY_SECONDS,
+    MAX_CALLS,
+    MAX_CALLS_HELP,
     MAX_CONCURRENCY,
     MAX_TURNS_LIMIT,
 )
@@ -27,7 +30,7 @@ Store = typer.Option(
     "Default: SQLite in the user data dir ($SOTOPIA_ENV_STORE overrides).",
 )
 StoreRetry = typer.Option(
-    60.0,  # episodes.store_writer.DEFAULT_RETRY_SECONDS
+    DEFAULT_RETRY_SECONDS,
     "--store-retry-seconds",
     min=0,
     help="Retry a failed store write this long (Redis down, SQLite locked) before saving the episodes to a spill "
@@ -100,8 +103,8 @@ MaxCalls = typer.Option(
     None,
     "--max-calls",
     min=1,
-    max=1_000_000,
-    help="Cap the LLM calls in flight per model (for rate-limited APIs). Default: one per episode in flight.",
+    max=MAX_CALLS,
+    help=MAX_CALLS_HELP,
 )
 Evaluator = typer.Option(
     DEFAULT_MODEL,

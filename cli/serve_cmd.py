@@ -24,7 +24,9 @@ from sotopia_env.cli.options import (
 )
 from sotopia_env.episodes.job_fields import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_TURN_TIMEOUT,
     HTTP_EPISODES_PER_SCENARIO,
+    HTTP_MAX_PER_CLIENT,
     HTTP_MAX_TURNS,
     MAX_CONCURRENCY,
     MAX_TURNS_LIMIT,
@@ -83,10 +85,16 @@ def serve(
         False, "--allow-code-agents", help="Accept agent specs that load code (module:Class) over HTTP."
     ),
     turn_timeout: float = typer.Option(
-        300.0, "--turn-timeout", min=1.0, help="Seconds a human seat has for a move; then its turn is 'none'."
+        DEFAULT_TURN_TIMEOUT,
+        "--turn-timeout",
+        min=1.0,
+        help="Seconds a human seat has for a move; then its turn is 'none'.",
     ),
     max_per_client: int = typer.Option(
-        64, "--max-per-client", min=1, help="Queued or running simulations and benchmarks per client (its address)."
+        HTTP_MAX_PER_CLIENT,
+        "--max-per-client",
+        min=1,
+        help="Queued or running simulations and benchmarks per client (its address).",
     ),
     max_turns: int = typer.Option(
         HTTP_MAX_TURNS,

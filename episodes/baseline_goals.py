@@ -22,6 +22,7 @@ from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.runner import play
 from sotopia_env.evaluators import VerifiableJudge
 from sotopia_env.library import Library
+from sotopia_env.limits import DEFAULT_MAX_TURNS
 from sotopia_env.sampler import sample_setup
 
 AgentMaker = Callable[[], Agent]
@@ -66,7 +67,7 @@ def instance_goals(
     split: str,
     policy: str | AgentMaker,
     seeds: Sequence[int] = range(20),
-    max_turns: int = 20,
+    max_turns: int = DEFAULT_MAX_TURNS,
     name: str | None = None,
 ) -> KindGoals:
     """``policy`` (an agent spec that calls no model, or a maker of fresh agents) in seat 1 of every instance of

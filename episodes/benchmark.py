@@ -27,6 +27,10 @@ from sotopia_env.episodes.job_fields import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_TURNS,
     DEFAULT_MODEL,
+    EPISODES_PER_SCENARIO_HELP,
+    MAX_CALLS,
+    MAX_CALLS_HELP,
+    MAX_EPISODES_PER_SCENARIO,
     Concurrency,
     MaxTurns,
     Seed,
@@ -45,8 +49,6 @@ if TYPE_CHECKING:
     from sotopia_env.library import Library
     from sotopia_env.profiles import Scenario
 
-MAX_EPISODES_PER_SCENARIO = 10_000
-MAX_CALLS = 1_000_000
 SPEC_CHARS = 500  # a model, partner or evaluator spec
 
 
@@ -81,7 +83,7 @@ class BenchmarkSpec(BaseModel):
     )
     episodes_per_scenario: Annotated[
         int,
-        Field(ge=1, le=MAX_EPISODES_PER_SCENARIO, description="Character pairings per scenario (each in both seats)."),
+        Field(ge=1, le=MAX_EPISODES_PER_SCENARIO, description=EPISODES_PER_SCENARIO_HELP),
         WholeNumber,
     ] = 1
     concurrency: Concurrency = DEFAULT_CONCURRENCY
@@ -92,10 +94,7 @@ class BenchmarkSpec(BaseModel):
     )
     tag: Tag | None = Field(None, description="Tag for the episodes (default: benchmark-MODEL-vs-PARTNER).")
     api_base: ModelServers | None = Field(None, description="Model servers (a URL, a comma list, or a list).")
-    max_calls: (
-        Annotated[int, Field(ge=1, le=MAX_CALLS, description="Cap on the LLM calls in flight per model."), WholeNumber]
-        | None
-    ) = None
+    max_calls: Annotated[int, Field(ge=1, le=MAX_CALLS, description=MAX_CALLS_HELP), WholeNumber] | None = None
     rerun_failed: StrictBool = Field(False, description="Rerun the tag's failed or unrated episodes.")
     protocol: str | None = Field(
         None,

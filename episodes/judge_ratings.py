@@ -29,6 +29,7 @@ from sotopia_env.episodes.protocol import judge_sha256
 from sotopia_env.episodes.runner import rate
 from sotopia_env.episodes.store import EpisodeStore, StoreError
 from sotopia_env.evaluators import EpisodeRating, Evaluator
+from sotopia_env.limits import DEFAULT_CONCURRENCY
 
 Seats = Literal["as-played", "reversed"]
 RECORDS = "judge-ratings"
@@ -124,7 +125,7 @@ async def rate_with_judges(
     logs: Sequence[EpisodeLog],
     runs: Sequence[JudgeRun],
     redo: bool = False,
-    concurrency: int = 8,
+    concurrency: int = DEFAULT_CONCURRENCY,
     progress: bool = True,
 ) -> RatingOutcome:
     """Rate ``logs`` (episodes of ``tag``, failed ones excluded) with every run; what is done already is reused.

@@ -13,7 +13,8 @@ A result (the episodes of one tag that were played and judged the same way) has 
   its class's module);
 - ``prompts``: the prompts the seats were prompted with (``prompt_record``: the name in ``sotopia_env.prompt``
   and a sha256 of its template, the messages of a placeholder observation), so results under different prompts
-  (SOTOPIA's for API models, ``chat`` for small local ones) are never compared;
+  (SOTOPIA's for API models, ``chat`` for small local ones, ``tools`` for a TRL-trained policy's tool calls, with
+  the tools' schemas in its hash) are never compared;
 - ``dimensions``, the env ``seeds`` (each episode's reset seed), ``max_turns``, ``stale_turns``,
   ``max_agent_errors`` and ``action_order``;
 - ``version``: the sotopia-env that played the episodes.
@@ -48,6 +49,7 @@ from sotopia_env.evaluators.llm import LLMEvaluator, evaluation_prompt, rating_s
 from sotopia_env.observation import HistoryEntry, Observation, background_for, labels_for
 from sotopia_env.profiles import BigFive, Character, Scenario
 from sotopia_env.prompt import PROMPTS, render_prompt
+from sotopia_env.tool_calls import TOOLS, tool_schemas
 from sotopia_env.transcript import Turn
 
 T = TypeVar("T")
@@ -167,7 +169,10 @@ def played_under(config: EnvConfig, agents: Iterable[object] | None = None) -> E
 def prompt_record(prompt: str) -> str:
     """``NAME@HASH``: a prompt's name and the first characters of the sha256 of its template (the messages it
     renders for a placeholder observation, one past turn of each kind), so an edited prompt is a new record."""
-    return f"{prompt}@{sha256_json(render_prompt(_placeholder_observation(), prompt))[:ID_CHARS]}"
+    template: Any = render_prompt(_placeholder_observation(), prompt)
+    if prompt == TOOLS:  # the tools' schemas are part of what the model sees
+        template = {"messages": template, "tools": tool_schemas()}
+    return f"{prompt}@{sha256_json(template)[:ID_CHARS]}"
 
 
 @lru_cache(maxsize=1)

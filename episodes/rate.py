@@ -9,6 +9,7 @@ from sotopia_env.episodes.runner import run_episode
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.evaluators import Evaluator
+from sotopia_env.limits import DEFAULT_CONCURRENCY
 
 
 async def rate_stored(
@@ -16,7 +17,7 @@ async def rate_stored(
     evaluator: Evaluator,
     tag: str | None = None,
     only_unrated: bool = True,
-    concurrency: int = 8,
+    concurrency: int = DEFAULT_CONCURRENCY,
     retry_seconds: float = DEFAULT_RETRY_SECONDS,
 ) -> dict[str, int]:
     """Rate (or re-rate) stored episodes in place. Failed episodes, which have no transcript to rate, are skipped.

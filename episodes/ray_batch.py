@@ -40,6 +40,7 @@ from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS
 from sotopia_env.errors import UserError, first_line
 from sotopia_env.evaluators import Evaluator
+from sotopia_env.limits import DEFAULT_CONCURRENCY
 
 WORKER_PREFIX = "sotopia-env-worker"
 MAX_SHARD_RESTARTS = 3  # new actors per shard after its actor is gone for good; Ray's own restarts come first
@@ -82,7 +83,7 @@ class BatchRecipe:
     tag: str
     make_agents: Callable[[], AgentFactory]
     make_evaluator: Callable[[], Evaluator | None]
-    concurrency: int = 8  # episodes in flight over all workers together
+    concurrency: int = DEFAULT_CONCURRENCY  # episodes in flight over all workers together
     config: EnvConfig | None = None
     rerun_failed: bool = False
     retry_seconds: float = DEFAULT_RETRY_SECONDS

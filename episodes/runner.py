@@ -42,6 +42,7 @@ from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import DEFAULT_RETRY_SECONDS, StoreWriter
 from sotopia_env.errors import UserError
 from sotopia_env.evaluators import EpisodeContext, Evaluator, aevaluate_safely
+from sotopia_env.limits import DEFAULT_CONCURRENCY
 from sotopia_env.observation import Observation
 from sotopia_env.transcript import Turn
 
@@ -345,7 +346,7 @@ async def run_batch(
     tag: str,
     evaluator: Evaluator | None = None,
     agent_factory: AgentFactory | None = None,
-    concurrency: int = 8,
+    concurrency: int = DEFAULT_CONCURRENCY,
     config: EnvConfig | None = None,
     rerun_failed: bool = False,
     progress: bool = True,

@@ -33,10 +33,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sotopia_env.episodes.job_fields import DEFAULT_RETRY_SECONDS
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.store import EpisodeStore, StoreError, StoreUnavailable
 
-DEFAULT_RETRY_SECONDS = 60.0
 _FIRST_WAIT, _MAX_WAIT = 0.1, 2.0
 _THREADS = 4
 

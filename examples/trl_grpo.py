@@ -26,6 +26,7 @@ import argparse
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
     from sotopia_env.embedded_models import resolve_model_path
+    from sotopia_env.tool_calls import TOOLS
+    from sotopia_env.training.model_setup import save_adapter_spec
     from sotopia_env.training.seat_rows import trl_dataset
     from sotopia_env.training.trl_env import expert_tool_dataset, tool_chat_template, tool_env_factory, tool_transcripts
     from sotopia_env.training.trl_rollouts import episode_reward, episode_rollouts, rollout_dataset
@@ -195,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         reward_key = "rewards/SocialToolEnv/mean"
     trainer = GRPOTrainer(model=model, args=config, processing_class=tokenizer, peft_config=lora, **plug)
     trainer.train()
-    trainer.save_model(f"{args.out}/adapter")
+    # a model spec like any other: the adapter (and the tokenizer with its tool template) in out/adapter, and
+    # sotopia_model.json recording ``prompt: tools`` (run, benchmark and the server play it through tool calls)
+    save_adapter_spec(trainer, Path(args.out), recipe.model, TOOLS)
     for row in trainer.state.log_history:
         if reward_key in row:
             print(f"step {row['step']}: goal {row[reward_key]:.2f}")

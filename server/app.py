@@ -20,7 +20,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from sotopia_env.backends.endpoints import ApiBase
-from sotopia_env.episodes.job_fields import HTTP_EPISODES_PER_SCENARIO, HTTP_MAX_TURNS
+from sotopia_env.episodes.job_fields import (
+    DEFAULT_CONCURRENCY,
+    HTTP_EPISODES_PER_SCENARIO,
+    HTTP_MAX_PER_CLIENT,
+    HTTP_MAX_TURNS,
+)
 from sotopia_env.episodes.store import EpisodeStore, open_store
 from sotopia_env.library import load_library
 from sotopia_env.server import benchmarks, library_routes, pages, simulation_routes
@@ -46,7 +51,7 @@ def create_server(
     store: EpisodeStore | str | None = None,
     *,
     token: str | None = None,
-    concurrency: int = 8,
+    concurrency: int = DEFAULT_CONCURRENCY,
     api_base: ApiBase = None,
     allowed_api_bases: ApiBase | Sequence[str] = None,
     allowed_providers: Sequence[str] = (),
@@ -56,7 +61,7 @@ def create_server(
     library_dir: Path | None = None,
     scenarios_dir: list[Path] | None = None,
     turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
-    max_per_client: int = 64,
+    max_per_client: int = HTTP_MAX_PER_CLIENT,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_turns: int = HTTP_MAX_TURNS,
     max_episodes_per_scenario: int = HTTP_EPISODES_PER_SCENARIO,

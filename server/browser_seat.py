@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.episodes.job_fields import DEFAULT_TURN_TIMEOUT
 from sotopia_env.observation import Observation
-
-DEFAULT_TURN_TIMEOUT = 300.0
 
 
 class BrowserSeat:

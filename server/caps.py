@@ -15,14 +15,14 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from sotopia_env.episodes.job_fields import HTTP_EPISODES_PER_SCENARIO, HTTP_MAX_TURNS
+from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, HTTP_EPISODES_PER_SCENARIO, HTTP_MAX_TURNS
 
 M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
 class HttpCaps:
-    concurrency: int = 8
+    concurrency: int = DEFAULT_CONCURRENCY
     max_turns: int = HTTP_MAX_TURNS
     episodes_per_scenario: int = HTTP_EPISODES_PER_SCENARIO
 

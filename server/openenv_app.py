@@ -43,6 +43,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sotopia_env.backends.endpoints import ApiBase
+from sotopia_env.limits import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TURNS
 from sotopia_env.observation import Observation as SeatView
 from sotopia_env.server.security import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, BodyLimit, HostCheck
 from sotopia_env.training.openenv_client import (  # the wire types live with the client; re-exported here
@@ -175,8 +176,8 @@ def create_openenv_app(
     scenarios: str = "verifiable",
     partner: str | None = None,
     judge: str | None = None,
-    max_turns: int = 20,
-    max_sessions: int = 64,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
     api_base: ApiBase = None,
     maker: SessionMaker | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,

@@ -35,6 +35,7 @@ from sotopia_env.agents.loading import load_agent
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.claims import Claims, supports_claims
+from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, HTTP_MAX_PER_CLIENT
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.episodes.runner import Job, run_episode
 from sotopia_env.episodes.store import EpisodeStore
@@ -134,11 +135,11 @@ class Simulations:
         store: EpisodeStore,
         library: Library,
         *,
-        concurrency: int = 8,
+        concurrency: int = DEFAULT_CONCURRENCY,
         servers: AllowedModelServers = AllowedModelServers(),
         allow_code_agents: bool = False,
         turn_timeout_s: float = DEFAULT_TURN_TIMEOUT,
-        max_per_client: int = 64,
+        max_per_client: int = HTTP_MAX_PER_CLIENT,
         caps: HttpCaps | None = None,
     ) -> None:
         self.store, self.library = store, library

@@ -83,6 +83,10 @@ def seat_id(index: int) -> str:
 
 @dataclass
 class EnvConfig:
+    """How an episode runs: the turn limit, who acts when, when stale talk or a failing agent ends it, and which
+    dimension of the judge's rating the last step's reward is. Every field has a default; a bad value is a
+    ``ValueError`` at once."""
+
     max_turns: int = DEFAULT_MAX_TURNS  # the turn limit: reaching it truncates the episode (not a termination)
     action_order: ActionOrder = "round-robin"  # who acts each turn: round-robin, simultaneous or random
     stale_turns: int = 4  # this many turns in a row of only `none` end the episode as stale
@@ -97,6 +101,16 @@ class EnvConfig:
 
 
 class SocialEnv(ParallelEnv):
+    """The social env, a PettingZoo ``ParallelEnv``: seats ``agent_0``, ``agent_1``, ... talk and act in turns in
+    one scenario (a fixed ``setup``, or one drawn from ``library`` at each ``reset``).
+
+    ``reset(seed, options)`` returns ``(observations, infos)``; ``step(actions)`` takes one ``AgentAction`` (or
+    its dict) per acting seat and returns ``(observations, rewards, terminations, truncations, infos)``, dicts
+    keyed by seat id. The turn limit truncates; everyone leaving, stale talk or an agent's errors terminate. The
+    last step's reward is the evaluator's ``config.reward_dimension`` score (NaN when unrated), and
+    ``infos[seat]["evaluation"]`` holds every dimension. Synchronous and pure: ``episodes`` drives it async.
+    """
+
     metadata = {"name": "sotopia_social_v0", "render_modes": ["ansi", "human"], "is_parallelizable": True}
 
     def __init__(

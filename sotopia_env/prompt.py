@@ -5,7 +5,7 @@ example with it, so a model is trained on exactly what it sees at inference. The
 (``sotopia_env.single_agent``) observes through it too, and ``prompt_text`` renders the messages as the one
 string a model continues.
 
-Two prompts (``PROMPTS``), chosen per model (``sotopia_env.backends.resolve.prompt_for_model``):
+Three prompts (``PROMPTS``), chosen per model (``sotopia_env.backends.resolve.prompt_for_model``):
 
 - ``sotopia`` (``sotopia_prompt``): SOTOPIA's shape. The whole background, the actions and the JSON to write in
   the system message; the conversation as a transcript in one user message. For API models, and for
@@ -18,6 +18,11 @@ Two prompts (``PROMPTS``), chosen per model (``sotopia_env.backends.resolve.prom
   actions as ``assistant``, in the JSON it wrote them in). The JSON itself is the grammar's job (the local
   backend constrains the reply to the action schema), so the prompt only shows its shape once. A game (a phase,
   a list of choices) is rendered as ``sotopia``: its rules need the long form.
+
+- ``tools`` (``tools_prompt``, with ``sotopia_env.tool_calls``): for a policy trained through TRL's tool calls
+  (``prompt: tools`` in its model directory). The conversation the TRL environment shows the seat: SOTOPIA's opening,
+  then each move of its own as a tool call and what followed as the tool's answer; the agent sends the tools'
+  schemas with it and reads the reply's tool call (``tool_calls.parse_tool_call``).
 
 Which prompt a result was played under is recorded per episode (``episodes.protocol``), so results under
 different prompts never share a protocol card.
@@ -32,6 +37,7 @@ from typing import Any
 from sotopia_env.actions import ActionType
 from sotopia_env.backends.base import prompt_text as prompt_text  # the messages as one string (a backend's)
 from sotopia_env.observation import HistoryEntry, Observation
+from sotopia_env.tool_calls import TOOL_OF, TOOLS, tool_call_message
 
 SOTOPIA = "sotopia"
 CHAT = "chat"
@@ -57,12 +63,12 @@ ADDRESSING = (
 )
 
 
-def render_prompt(observation: Observation | dict[str, Any], prompt: str = SOTOPIA) -> list[dict[str, str]]:
+def render_prompt(observation: Observation | dict[str, Any], prompt: str = SOTOPIA) -> list[dict[str, Any]]:
     """The chat messages of ``observation`` under ``prompt`` (a name in ``PROMPTS``)."""
     return prompt_function(prompt)(Observation.from_env(observation))
 
 
-def prompt_function(prompt: str) -> Callable[[Observation], list[dict[str, str]]]:
+def prompt_function(prompt: str) -> Callable[[Observation], list[dict[str, Any]]]:
     """The function of ``prompt``; a ``ValueError`` that names the known ones for any other name."""
     try:
         return PROMPTS[prompt]
@@ -191,4 +197,37 @@ def _append(messages: list[dict[str, str]], role: str, text: str) -> None:
         messages.append({"role": role, "content": text})
 
 
-PROMPTS: dict[str, Callable[[Observation], list[dict[str, str]]]] = {SOTOPIA: sotopia_prompt, CHAT: chat_prompt}
+def user_tail(messages: list[dict[str, Any]]) -> str:
+    """The last paragraph of a SOTOPIA prompt's user message: whose move it is (and a game's choices)."""
+    return str(messages[-1]["content"]).rpartition("\n\n")[2]
+
+
+def tools_prompt(observation: Observation) -> list[dict[str, Any]]:
+    """The conversation ``SocialToolEnv`` shows the seat at ``observation`` (the module docstring): the opening as
+    SOTOPIA's prompt at the seat's first move, then a tool call and the tool's answer per move of its own."""
+    obs = observation
+    history = obs.history
+    own = [i for i, h in enumerate(history) if h.agent == obs.agent and ActionType(h.action_type) in TOOL_OF]
+
+    def at(cut: int) -> Observation:  # the seat's view when it made its move history[cut] (or now)
+        if cut >= len(history):
+            return obs
+        return obs.model_copy(update={"history": history[:cut], "turn": history[cut].turn})
+
+    messages: list[dict[str, Any]] = list(sotopia_prompt(at(own[0] if own else len(history))))
+    for k, i in enumerate(own):
+        nxt = own[k + 1] if k + 1 < len(own) else len(history)
+        call = tool_call_message(history[i].as_action())
+        assert call is not None
+        news = [h.render() for h in history[i:nxt]]
+        tail = user_tail(sotopia_prompt(at(nxt)))
+        name = call["tool_calls"][0]["function"]["name"]
+        messages += [call, {"role": "tool", "name": name, "content": "\n".join([*news, "", tail])}]
+    return messages
+
+
+PROMPTS: dict[str, Callable[[Observation], list[dict[str, Any]]]] = {
+    SOTOPIA: sotopia_prompt,
+    CHAT: chat_prompt,
+    TOOLS: tools_prompt,  # the seat's moves as tool calls (a TRL-trained policy's format): sotopia_env.tool_calls
+}

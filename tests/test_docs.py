@@ -197,6 +197,34 @@ def test_every_block_parses() -> None:
                 assert yaml.safe_load(block.body) is not None, f"{where}: an empty YAML block"
 
 
+FRONT_DOOR_PAGES = ("python-api.md", "quickstart.md")  # their Python imports our names from ``sotopia_env`` only
+
+
+def test_the_api_pages_import_only_from_the_front_door() -> None:
+    """Every Python block of the Python API page and of the quickstart imports our names from ``sotopia_env``
+    itself (names of its ``__all__``), never from a module deeper down."""
+    import ast
+
+    import sotopia_env
+
+    checked, deep = 0, []
+    for page in FRONT_DOOR_PAGES:
+        for block in page_blocks(DOCS / page):
+            if block.lang != "python":
+                continue
+            checked += 1
+            for node in ast.walk(ast.parse(block.body)):
+                if isinstance(node, ast.Import):
+                    deep += [
+                        f"{block.page}:{block.line}: import {a.name}" for a in node.names if "sotopia_env." in a.name
+                    ]
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sotopia_env":
+                    names = [a.name for a in node.names]
+                    if node.module != "sotopia_env" or not set(names) <= set(sotopia_env.__all__):
+                        deep.append(f"{block.page}:{block.line}: from {node.module} import {', '.join(names)}")
+    assert checked >= len(FRONT_DOOR_PAGES) and deep == []
+
+
 def test_the_readme_is_a_front_page() -> None:
     """At most 250 lines, its first block the two commands CI runs, and a link to every page of the site."""
     text = README.read_text()

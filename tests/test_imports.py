@@ -1,7 +1,10 @@
 """The import scan: no import circles between our modules, and no import that goes up the layers.
 
 Every module of the package is parsed (``ast``); an import at module level or inside a function counts alike, an
-import under ``if TYPE_CHECKING:`` does not (it never runs). The layers, lowest first (``CONTRIBUTING.md``):
+import under ``if TYPE_CHECKING:`` does not (it never runs). An import by name counts as well: the string given to
+``importlib.import_module`` or ``__import__`` (or to a Gymnasium ``entry_point=``), and the ``"pkg.mod:ATTR"``
+strings of a module-level table (a tuple, list, set or dict) in a module that calls ``import_module``, as a
+registry's built-in list is. The layers, lowest first (``CONTRIBUTING.md``):
 
 - the LLM backends (``sotopia_env.backends`` and the model helpers they use: ``errors``, ``embedded_models``,
   ``model_ref``), which know nothing of scenarios, prompts or the env;
@@ -9,13 +12,15 @@ import under ``if TYPE_CHECKING:`` does not (it never runs). The layers, lowest 
 
 A module may import its own layer and the ones below, never one above. The one documented exception is the front
 door, ``sotopia_env/__init__.py``: its ``__getattr__`` (PEP 562) loads each name of its ``_LAZY`` table on first
-use, two of them from ``episodes/`` (``run_episode``, ``open_store``). Those loads are edges of the graph here (for
-circles) and the only arrows up that are allowed.
+use, some of them from ``agents/`` and ``episodes/``. Those loads are edges of the graph here (for circles), and
+the only arrows up allowed are the ones ``FRONT_DOOR_UP`` below lists, name by name: a new front-door name that
+comes from above the world is refused until it is added there, and none may come from above ``episodes/``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +36,18 @@ FOLDERS |= {"server": "server", "cli": "cli"}
 LAYERS = ("backends", "sotopia_env", "agents", "episodes", "training", "server", "cli")  # lowest first
 # the bottom layer: the LLM backends and the model helpers they use
 FOUNDATION = ("sotopia_env.backends", "sotopia_env.errors", "sotopia_env.embedded_models", "sotopia_env.model_ref")
+# the front door's names that come from above the world (``sotopia_env._LAZY``): each one is an allowed arrow up
+FRONT_DOOR_UP = {
+    "Agent": "sotopia_env.agents.base",
+    "LLMAgent": "sotopia_env.agents.llm",
+    "EpisodeLog": "sotopia_env.episodes.log",
+    "Job": "sotopia_env.episodes.runner",
+    "run_episode": "sotopia_env.episodes.runner",
+    "open_store": "sotopia_env.episodes.store",
+}
+HIGHEST_FRONT_DOOR_LAYER = "episodes"
+IMPORTERS = ("import_module", "__import__")  # the calls that import a module named by a string
+MODULE_STRING = re.compile(r"^[A-Za-z_][\w.]*(:[\w.]+)?$")  # "pkg.mod" or "pkg.mod:ATTR"
 
 
 def module_files() -> dict[str, Path]:
@@ -54,27 +71,81 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import under ``node`` (functions and classes included), except those under ``if TYPE_CHECKING:``."""
+def _nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under ``node`` (functions and classes included), except those under ``if TYPE_CHECKING:``."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and _is_type_checking(child):
-            yield from (n for branch in child.orelse for n in _import_nodes_of(branch))
+            for branch in child.orelse:
+                yield branch
+                yield from _nodes(branch)
             continue
-        yield from _import_nodes_of(child)
+        yield child
+        yield from _nodes(child)
 
 
-def _import_nodes_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        yield node
-    yield from _import_nodes(node)
+def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under ``node``, except those under ``if TYPE_CHECKING:``."""
+    return (n for n in _nodes(node) if isinstance(n, ast.Import | ast.ImportFrom))
+
+
+def _is_importer(call: ast.Call) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id in IMPORTERS) or (
+        isinstance(func, ast.Attribute) and func.attr in IMPORTERS
+    )
+
+
+def _module_strings(values: Iterator[ast.AST]) -> list[str]:
+    """The strings among ``values`` that name a module of the package (``pkg.mod``, ``pkg.mod:ATTR``): the
+    module part."""
+    found = []
+    for value in values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and MODULE_STRING.match(value.value):
+            module = value.value.partition(":")[0]
+            if module == PACKAGE or module.startswith(f"{PACKAGE}."):
+                found.append(module)
+    return found
+
+
+def _table_values(value: ast.AST) -> list[ast.AST]:
+    if isinstance(value, ast.Tuple | ast.List | ast.Set):
+        return list(value.elts)
+    if isinstance(value, ast.Dict):
+        return [*(key for key in value.keys if key is not None), *value.values]
+    return []
+
+
+def string_imports(tree: ast.Module) -> list[str]:
+    """The modules ``tree`` imports by name: the string argument of ``import_module``/``__import__`` and of a
+    Gymnasium ``entry_point=``, and, in a module that calls ``import_module``/``__import__`` at all, the module
+    strings of its module-level tables (a registry's built-in list: ``BUILTIN = ("pkg.mod:KIND", ...)``)."""
+    calls = [n for n in _nodes(tree) if isinstance(n, ast.Call)]
+    found = []
+    for call in calls:
+        if _is_importer(call) and call.args:
+            found += _module_strings(iter(call.args[:1]))
+        found += _module_strings(kw.value for kw in call.keywords if kw.arg == "entry_point")
+    if any(_is_importer(call) for call in calls):
+        for statement in tree.body:
+            if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
+                found += _module_strings(iter(_table_values(statement.value)))
+    return found
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules of ours that module ``name`` imports: ``from pkg import sub`` is ``pkg.sub`` when that is a
-    module, else ``pkg``; a relative import is resolved against ``name``."""
+    module, else ``pkg``; a relative import is resolved against ``name``; imports by name (``string_imports``)
+    included."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    by_name = string_imports(tree)
     found = set()
-    for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+    for target in by_name:
+        while target and target not in modules:  # "pkg.mod.Class": its module
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    for node in _import_nodes(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -98,9 +169,10 @@ def front_door_targets() -> set[str]:
     return set(sotopia_env._LAZY.values())
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the modules of ours it imports; the front door's lazy loads included."""
-    modules = module_files()
+def import_graph(replace: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports; the front door's lazy loads included. ``replace`` reads some
+    modules from other files (a test's planted copy)."""
+    modules = module_files() | (replace or {})
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     graph[PACKAGE] |= front_door_targets()
     return graph
@@ -177,22 +249,98 @@ def test_no_import_circles():
     assert circles(import_graph()) == []
 
 
-def test_no_import_goes_up_the_layers():
-    allowed = {(PACKAGE, target) for target in front_door_targets()}  # the front door's lazy names, and nothing else
-    upward = sorted(
+def arrows_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Each import from a module to a module of a higher layer, except the front door's listed names."""
+    allowed = {(PACKAGE, target) for target in FRONT_DOOR_UP.values()}
+    return sorted(
         (source, target)
-        for source, targets in import_graph().items()
+        for source, targets in graph.items()
         for target in targets
         if layer_of(target) > layer_of(source) and (source, target) not in allowed
     )
-    assert upward == []
 
 
-def test_the_front_door_loads_its_names_lazily_and_only_from_the_world_and_episodes():
+def test_no_import_goes_up_the_layers():
+    assert arrows_up(import_graph()) == []
+
+
+def test_the_scan_reads_imports_by_name(tmp_path):
+    """``import_module``/``__import__`` strings and a registry's built-in table are edges; other strings are not."""
+    (tmp_path / "a.py").write_text(
+        "import importlib\nGROUP = 'sotopia_env.b'\nBUILTIN = ('sotopia_env.b:KIND',)\n"
+        "def load():\n    for target in BUILTIN:\n        importlib.import_module(target.partition(':')[0])\n"
+    )
+    (tmp_path / "b.py").write_text("def f():\n    return __import__('sotopia_env.a').a\n")
+    (tmp_path / "c.py").write_text("GROUP = 'sotopia_env.a'\nNAMES = ('sotopia_env.a:KIND',)\n")
+    (tmp_path / "d.py").write_text("from importlib import import_module\nimport_module('sotopia_env.cli.main.app')\n")
+    modules = {f"sotopia_env.{n}": tmp_path / f"{n}.py" for n in "abcd"} | {"sotopia_env.cli.main": tmp_path / "x"}
+    graph = {name: imports_of(name, modules[name], modules) for name in modules if name != "sotopia_env.cli.main"}
+    assert graph == {
+        "sotopia_env.a": {"sotopia_env.b"},
+        "sotopia_env.b": {"sotopia_env.a"},
+        "sotopia_env.c": set(),  # strings that no import_module reads are no imports
+        "sotopia_env.d": {"sotopia_env.cli.main"},
+    }
+    assert circles(graph) == [["sotopia_env.a", "sotopia_env.b"]]
+    assert arrows_up(graph) == [("sotopia_env.d", "sotopia_env.cli.main")]
+
+
+def test_a_planted_import_by_name_fails_the_guard(tmp_path):
+    """The real ``prompt.py`` with one line added, ``import_module("sotopia_env.cli.main")``: an arrow up (the
+    world loading the CLI) and a circle (the CLI imports the world back)."""
+    planted = tmp_path / "prompt.py"
+    source = (REPO / "sotopia_env" / "prompt.py").read_text()
+    planted.write_text(
+        f'{source}\n\ndef _planted():\n    import importlib\n\n    importlib.import_module("sotopia_env.cli.main")\n'
+    )
+    graph = import_graph({"sotopia_env.prompt": planted})
+    assert set(arrows_up(graph)) - set(arrows_up(import_graph())) == {("sotopia_env.prompt", "sotopia_env.cli.main")}
+    assert any({"sotopia_env.prompt", "sotopia_env.cli.main"} <= set(circle) for circle in circles(graph))
+
+
+def test_a_front_door_name_from_above_the_world_is_listed_here():
+    """Every name of ``_LAZY`` that a higher layer defines is one of ``FRONT_DOOR_UP`` (name and module), and none
+    comes from above ``episodes/``: a new one is refused until this test lists it."""
+    import sotopia_env
+
+    up = {name: module for name, module in sotopia_env._LAZY.items() if layer_of(module) > layer_of(PACKAGE)}
+    assert up == FRONT_DOOR_UP
+    assert max(layer_of(module) for module in FRONT_DOOR_UP.values()) <= LAYERS.index(HIGHEST_FRONT_DOOR_LAYER)
+
+
+def test_every_front_door_name_has_a_docstring():
+    """Each name of ``sotopia_env.__all__`` is documented where it is defined: a class by its own docstring (not a
+    dataclass's generated signature, not a base class's), a function by its docstring."""
+    import inspect
+    import textwrap
+
+    import sotopia_env
+
+    missing = []
+    for name in sotopia_env.__all__:
+        if name == "__version__":
+            continue
+        value = getattr(sotopia_env, name)
+        if isinstance(value, type):
+            node = ast.parse(textwrap.dedent(inspect.getsource(value))).body[0]
+            doc = ast.get_docstring(node) if isinstance(node, ast.ClassDef) else None
+        else:
+            doc = value.__doc__
+        if not (doc or "").strip():
+            missing.append(name)
+    assert missing == []
+
+
+def test_the_front_door_loads_its_names_lazily_and_only_from_the_world_agents_and_episodes():
     import sotopia_env
 
     assert set(sotopia_env.__all__) == {"__version__", *sotopia_env._LAZY}
-    assert {LAYERS[layer_of(target)] for target in front_door_targets()} == {"sotopia_env", "episodes"}
+    assert {LAYERS[layer_of(target)] for target in front_door_targets()} <= {
+        "backends",
+        "sotopia_env",
+        "agents",
+        "episodes",
+    }
     heavy = ("torch", "transformers", "sotopia_env.env", "sotopia_env.episodes")
     code = (
         "import sys, sotopia_env\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sotopia_env.kinds import KindError, register_kind, rule_set, unregister_kind
+from sotopia_env.kinds import KindError, register_kind, rule_set, rule_sets, unregister_kind
 
 EXPERT = "sotopia_env.training.experts:VerifiableExpert"
 
@@ -249,3 +249,34 @@ def test_a_broken_entry_point_is_a_one_line_error_on_every_lookup(monkeypatch):
     for _ in range(2):  # not only the first lookup: the registry never goes on without it
         with pytest.raises(KindError, match=where):
             rule_set("bargaining")
+
+
+def test_games_have_a_registry_of_their_own(monkeypatch):
+    """Games register in ``sotopia_env.games.registry`` (a call, or an entry point in ``sotopia_env.games``), which
+    ``rule_set`` consults; ``register_kind`` passes a game's rule set on; a kind and a game may not share a name."""
+    import types
+    from importlib.metadata import EntryPoint
+
+    from sotopia_env.games import registry as games
+    from sotopia_env.games.werewolf import RULES as WEREWOLF
+
+    monkeypatch.setattr(games, "_registered", dict(games._registered))  # restored afterwards
+    assert rule_set("werewolf") is WEREWOLF is games.game_rules("werewolf") is rule_set("werewolf", "game")
+    assert [r.name for r in games.game_rule_sets()] == ["negotiation", "undercover", "werewolf"]
+    with pytest.raises(KindError, match="unknown verifiable kind 'werewolf'"):
+        rule_set("werewolf", "verifiable")
+
+    plugin = types.ModuleType("toy_game")
+    plugin.RULES = type("ToyWolf", (type(WEREWOLF),), {"name": "toy-wolf"})()
+    monkeypatch.setitem(sys.modules, "toy_game", plugin)
+    point = EntryPoint(name="toy-wolf", value="toy_game:RULES", group=games.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(games, "entry_points", lambda group: [point] if group == games.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(games, "_loaded", False)
+    assert rule_set("toy-wolf") is plugin.RULES and "toy-wolf" in [r.name for r in rule_sets("game")]
+
+    passed_on = register_kind(type("ToyWolf2", (type(WEREWOLF),), {"name": "toy-wolf-2"})())
+    assert games.game_rules("toy-wolf-2") is passed_on
+    games.register_game(type("Clash", (type(WEREWOLF),), {"name": "bargaining"})())
+    with pytest.raises(KindError, match="'bargaining' is both a verifiable kind and a game's rule set"):
+        rule_set("bargaining")
+    assert rule_set("bargaining", "verifiable").name == "bargaining"

@@ -105,7 +105,7 @@ def test_a_game_is_prompted_with_its_rules(library) -> None:
 
 
 def test_unknown_prompt_is_one_line() -> None:
-    with pytest.raises(ValueError, match=r"unknown prompt 'tiny' \(known: chat, sotopia\)"):
+    with pytest.raises(ValueError, match=r"unknown prompt 'tiny' \(known: chat, sotopia, tools\)"):
         LLMAgent(ScriptedBackend([]), prompt="tiny")
 
 

@@ -15,6 +15,7 @@ from pydantic import ConfigDict
 
 from sotopia_env.backends.endpoints import ModelServers
 from sotopia_env.env import EnvConfig
+from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, DEFAULT_RETRY_SECONDS
 from sotopia_env.episodes.ray_batch import RayConfig
 from sotopia_env.episodes.store import StoreURLError, store_kind
 from sotopia_env.errors import UserError
@@ -103,9 +104,9 @@ class PipelineConfig:
     output_dir: str
     base_model: str = "smollm2-135m"
     seed: int = 0
-    concurrency: int = 8
+    concurrency: int = DEFAULT_CONCURRENCY
     store: str | None = None  # default: SQLite at OUTPUT_DIR/episodes.db
-    store_retry_seconds: float = 60.0  # retry a failed store write this long, then spill to OUTPUT_DIR/spill-*.jsonl
+    store_retry_seconds: float = DEFAULT_RETRY_SECONDS  # retried, then spilled to OUTPUT_DIR/spill-*.jsonl
     api_base: ModelServers | None = None  # one server URL, or several (a list or comma-separated): parsed on load
     max_calls: int | None = None  # cap on calls in flight per model (default: one per episode in flight)
     ray: RayConfig | None = None  # episode stages on Ray actors: {address, num_workers, gpus_per_worker, pin_endpoints}

@@ -21,6 +21,7 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.errors import UserError
 from sotopia_env.evaluators import VERIFIABLE, Evaluator, make_evaluator
 from sotopia_env.library import Library, load_library
+from sotopia_env.limits import DEFAULT_MAX_TURNS
 from sotopia_env.profiles import Scenario
 from sotopia_env.prompt import SOTOPIA
 from sotopia_env.sampler import sample_setup
@@ -43,7 +44,7 @@ class SeatRow(BaseModel):
     seed: int = 0
     partners: list[str] = Field(min_length=1)  # one agent spec per other seat, in seat order, or one for all
     evaluator: str = VERIFIABLE  # the judge: 'verifiable' (exact), or a model spec (an LLM judge)
-    max_turns: int = Field(20, ge=1)
+    max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1)
     dense_reward: float = Field(0.0, ge=0.0)  # verifiable only: partial credit up to this much (episode GRPO's)
 
     def partner_specs(self, seats: int) -> list[str]:
@@ -67,7 +68,7 @@ def seat_rows(
     partner: str | None = None,
     judge: str | None = None,
     seats: Sequence[int] | None = None,
-    max_turns: int = 20,
+    max_turns: int = DEFAULT_MAX_TURNS,
     dense_reward: float = 0.0,
     library: Library | None = None,
 ) -> list[SeatRow]:

@@ -40,12 +40,13 @@ from sotopia_env.env import EnvConfig
 from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.evaluators import Evaluator
+from sotopia_env.limits import ANSWER_RETRIES
 from sotopia_env.observation import Observation, SeatView
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 from sotopia_env.rewards import episode_reward
 
 T = TypeVar("T")
-MAX_RETRIES = 2  # as LLMAgent's: a seat gets three tries at a move
+MAX_RETRIES = ANSWER_RETRIES  # as LLMAgent's: a seat gets three tries at a move
 
 
 @dataclass

@@ -31,23 +31,22 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
-from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.actions import ActionType
 from sotopia_env.episodes.log import EpisodeLog
 from sotopia_env.observation import Observation
+from sotopia_env.tool_calls import TOOL_OF as TOOL_OF  # re-exported: the rollouts and verl import it from here
+from sotopia_env.tool_calls import SeatTools
+from sotopia_env.tool_calls import tool_call_message as tool_call_message
+from sotopia_env.tool_calls import tool_schemas as tool_schemas
 from sotopia_env.training.seat_rows import SeatRow, SessionMaker
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
 
-TOOL_OF = {  # action type -> the tool that takes it, and the name of its text argument
-    ActionType.speak: ("speak", "words"),
-    ActionType.non_verbal: ("non_verbal", "description"),
-    ActionType.action: ("physical_action", "description"),
-    ActionType.leave: ("leave", "words"),
-}
 EpisodeCallback = Callable[[EpisodeLog | None, float | None], None]
 
 
-class SocialToolEnv:
-    """One rollout's episode for TRL's ``environment_factory``; see the module docstring."""
+class SocialToolEnv(SeatTools):
+    """One rollout's episode for TRL's ``environment_factory``; see the module docstring. Its tools (the seat's
+    moves) are ``SeatTools``' methods, shared with ``LLMAgent``'s ``tools`` prompt (``sotopia_env.tool_calls``)."""
 
     def __init__(self, maker: SessionMaker | None = None, on_episode: EpisodeCallback | None = None) -> None:
         self._maker = maker or SessionMaker()
@@ -81,53 +80,6 @@ class SocialToolEnv:
                 "(build the dataset with seat_rows.trl_dataset)"
             )
         return self._turn.messages[-1]["content"]
-
-    def speak(self, words: str, to: list[str] | None = None) -> str:
-        """Say something.
-
-        Args:
-            words: What you say.
-            to: Only those who should hear it (when three or more are present); omit it for everyone.
-
-        Returns:
-            What happens next.
-        """
-        return self._move(ActionType.speak, words, to)
-
-    def non_verbal(self, description: str, to: list[str] | None = None) -> str:
-        """Make a gesture or facial expression.
-
-        Args:
-            description: What you do.
-            to: Only those who should see it (when three or more are present); omit it for everyone.
-
-        Returns:
-            What happens next.
-        """
-        return self._move(ActionType.non_verbal, description, to)
-
-    def physical_action(self, description: str, to: list[str] | None = None) -> str:
-        """Do something physical; in a game's vote or night phase, make one of the listed choices.
-
-        Args:
-            description: What you do, or the choice.
-            to: Only those who should see it (when three or more are present); omit it for everyone.
-
-        Returns:
-            What happens next.
-        """
-        return self._move(ActionType.action, description, to)
-
-    def leave(self, words: str = "") -> str:
-        """Leave the conversation, once your goal is reached or hopeless.
-
-        Args:
-            words: What you say as you go.
-
-        Returns:
-            What happens next.
-        """
-        return self._move(ActionType.leave, words, None)
 
     def get_reward(self) -> float | None:
         """The judge's goal score for the seat (the episode is finished first); None when it could not be rated."""
@@ -176,18 +128,6 @@ def tool_chat_template(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def tool_call_message(action: AgentAction) -> dict[str, Any] | None:
-    """The assistant message that makes ``action`` through the tools (None for ``none``: no tool takes it)."""
-    if action.action_type not in TOOL_OF:
-        return None
-    name, text = TOOL_OF[action.action_type]
-    arguments: dict[str, Any] = {text: action.argument}
-    if action.to is not None:
-        arguments["to"] = list(action.to)
-    call = {"type": "function", "function": {"name": name, "arguments": arguments}}
-    return {"role": "assistant", "content": "", "tool_calls": [call]}
-
-
 async def play_through_tools(session: SeatSession, agent: Any) -> list[dict[str, Any]]:
     """Play ``session`` with ``agent`` in the seat as a tool-calling conversation: the messages a model would have
     seen and written (system, user, then a tool call and its answer per move, and a closing empty reply)."""
@@ -225,13 +165,6 @@ def tool_transcripts(
         if min_reward is None or (session.reward is not None and session.reward >= min_reward):
             kept.append(messages)
     return kept
-
-
-def tool_schemas() -> list[dict[str, Any]]:
-    """The JSON schemas of ``SocialToolEnv``'s tools, as TRL renders them into the prompt."""
-    from transformers.utils import get_json_schema
-
-    return [get_json_schema(getattr(SocialToolEnv, name)) for name, _ in TOOL_OF.values()]
 
 
 def expert_tool_dataset(

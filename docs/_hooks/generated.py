@@ -175,13 +175,13 @@ def api() -> str:
 
     lazy: dict[str, str] = sotopia_env._LAZY
     out = ["## The front door: `from sotopia_env import ...`", ""]
-    for name in sotopia_env.__all__:
-        if name in lazy:
-            out += _directive(f"{lazy[name]}.{name}")
+    front = [f"{lazy[name]}.{name}" for name in sotopia_env.__all__ if name in lazy]
+    for path in front:
+        out += _directive(path)
     for section, paths in API_MORE.items():
-        out += [f"## {section}", ""]
-        for path in paths:
-            out += _directive(path)
+        rest = [path for path in paths if path not in front]  # each name once: at the front door if it is there
+        if rest:
+            out += [f"## {section}", "", *(line for path in rest for line in _directive(path))]
     return "\n".join(out)
 
 

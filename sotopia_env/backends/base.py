@@ -30,13 +30,19 @@ class ChatRequest:
     # Record what was sampled (local backend only; other backends ignore it): ``meta`` gets ``prompt_ids``,
     # ``token_ids``, ``logprobs`` and ``sampler_logprobs`` (see backends/local.py).
     logprobs: bool = False
+    # The tools the model may call (JSON schemas, ``sotopia_env.tool_calls.tool_schemas``): rendered by the local
+    # backend's chat template, sent as ``tools`` to a server, whose parsed calls come back in ``meta["tool_calls"]``.
+    tools: list[dict[str, Any]] | None = None
 
 
-def prompt_text(messages: list[dict[str, str]], tokenizer: Any = None) -> str:
+def prompt_text(
+    messages: list[dict[str, Any]], tokenizer: Any = None, tools: list[dict[str, Any]] | None = None
+) -> str:
     """The messages as the one string a model continues: ``tokenizer``'s chat template with the generation
-    prompt when it has one, else a plain ``role: content`` line per message, then ``assistant: ``."""
+    prompt (and ``tools``, where given) when it has one, else a plain ``role: content`` line per message, then
+    ``assistant: ``."""
     if getattr(tokenizer, "chat_template", None):
-        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+        return str(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False))
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
 
 
@@ -136,6 +142,7 @@ class GenerationSettings:
         seed_offset: int = 0,
         avoid_copying: tuple[str, ...] = (),
         favour_words: tuple[str, ...] = (),
+        tools: list[dict[str, Any]] | None = None,
     ) -> ChatRequest:
         """A request with these settings. ``seed_offset`` varies the seed per call (e.g. per turn), so a
         seeded run is reproducible without every call sampling the same noise."""
@@ -150,6 +157,7 @@ class GenerationSettings:
             avoid_copying=avoid_copying,
             favour_words=favour_words if self.topic_bias else (),
             favour_bias=self.topic_bias,
+            tools=tools,
         )
 
 

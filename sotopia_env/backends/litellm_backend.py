@@ -16,7 +16,16 @@ from typing import Any
 
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.endpoints import ApiBase, ModelServers
-from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
+from sotopia_env.backends.remote import (
+    DEFAULT_BACKOFF_BASE_S,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    OPENAI_COMPATIBLE,
+    RemoteBackend,
+    Reply,
+    server_api_key,
+)
 from sotopia_env.embedded_models import EMBEDDED_MODELS, UnknownModel
 from sotopia_env.errors import did_you_mean
 
@@ -43,10 +52,10 @@ class LiteLLMBackend(RemoteBackend):
         api_key: str | None = None,
         *,
         structured_output: bool | None = None,
-        max_retries: int = 4,
-        timeout_s: float = 60.0,
-        backoff_base_s: float = 0.5,
-        max_concurrency: int = 64,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     ) -> None:
         litellm = import_litellm()
         self._litellm = litellm
@@ -103,6 +112,7 @@ class LiteLLMBackend(RemoteBackend):
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             finish_reason=getattr(choice, "finish_reason", None),
+            tool_calls=_tool_calls(getattr(choice.message, "tool_calls", None)),
         )
 
     def _retryable(self, exc: BaseException) -> bool:
@@ -118,6 +128,13 @@ class LiteLLMBackend(RemoteBackend):
         return isinstance(
             exc, (litellm.Timeout, litellm.APIConnectionError, asyncio.TimeoutError, httpx.TransportError)
         )
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """litellm's tool-call objects as plain dicts (``{"id", "type", "function": {"name", "arguments"}}``)."""
+    if not calls:
+        return None
+    return [c.model_dump() if hasattr(c, "model_dump") else dict(c) for c in calls]
 
 
 def _check_provider(litellm: Any, model: str) -> None:

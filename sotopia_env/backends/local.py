@@ -151,6 +151,7 @@ class LocalBackend:
         self._compiler: xgr.GrammarCompiler | None = None
         self._grammars: dict[str, xgr.CompiledGrammar] = {}
         self._texts: TokenTexts | None = None  # every token's text, built at the first request that needs it
+        self._tool_template: str | None = None  # a ``tools`` request's template ("": the tokenizer's own)
         self._lock = threading.Lock()  # one batch at a time, whatever the event loop
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = weakref.WeakKeyDictionary()
         self._closed = False
@@ -328,7 +329,7 @@ class LocalBackend:
             raise ValueError("max_new_tokens must be at least 1")
         if request.logprobs:
             self._check_recordable(sampled=request.temperature > 0)
-        return self._prompt(request.messages), self._constraint(request)
+        return self._prompt(request.messages, request.tools), self._constraint(request)
 
     def _generate_adds_processors(self, requests: list[ChatRequest]) -> bool:
         """Whether the model's generation config has settings from which ``generate`` would build processors of
@@ -548,8 +549,19 @@ class LocalBackend:
         if found:
             raise ValueError(f"logprobs cannot be recorded with this model's generation config: {', '.join(found)}")
 
-    def _prompt(self, messages: list[dict[str, str]]) -> str:
-        return prompt_text(messages, self.tokenizer)
+    def _prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        if not tools:
+            return prompt_text(messages, self.tokenizer)
+        if self._tool_template is None:  # checked once: the tokenizer's own template when it renders tool calls
+            from sotopia_env.backends.tool_wire import tool_template
+
+            self._tool_template = tool_template(self.tokenizer) or ""
+        template = self._tool_template or None
+        return str(
+            self.tokenizer.apply_chat_template(
+                messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False
+            )
+        )
 
     def _constraint(self, request: ChatRequest) -> xgr.CompiledGrammar | None:
         """The compiled grammar for a request's JSON schema or regex (cached), or None when unconstrained."""

@@ -22,7 +22,16 @@ import orjson
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.backends.loop_sessions import LoopSessions
-from sotopia_env.backends.remote import OPENAI_COMPATIBLE, RemoteBackend, Reply, server_api_key
+from sotopia_env.backends.remote import (
+    DEFAULT_BACKOFF_BASE_S,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    OPENAI_COMPATIBLE,
+    RemoteBackend,
+    Reply,
+    server_api_key,
+)
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -51,10 +60,10 @@ class OpenAIHTTPBackend(RemoteBackend):
         api_key: str | None = None,
         *,
         structured_output: bool = True,
-        max_retries: int = 4,
-        timeout_s: float = 60.0,
-        backoff_base_s: float = 0.5,
-        max_concurrency: int = 64,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     ) -> None:
         super().__init__(
             model,
@@ -108,6 +117,7 @@ class OpenAIHTTPBackend(RemoteBackend):
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
             finish_reason=choice.get("finish_reason"),
+            tool_calls=choice["message"].get("tool_calls") or None,
         )
 
     def _retryable(self, exc: BaseException) -> bool:

@@ -40,6 +40,11 @@ from sotopia_env.backends.endpoints import ApiBase, Endpoint, EndpointPool, Mode
 OPENAI_COMPATIBLE = frozenset({"openai", "hosted_vllm"})
 HOSTED_UNSUPPORTED = frozenset({"maxLength", "minLength", "minimum", "maximum", "pattern"})
 _MAX_BACKOFF_S = 30.0
+# Every remote backend's defaults, declared once (the subclasses' constructors take them from here).
+DEFAULT_MAX_RETRIES = 4  # retries of a retryable failure, after the first try
+DEFAULT_TIMEOUT_S = 60.0  # seconds one call may take
+DEFAULT_BACKOFF_BASE_S = 0.5  # the first wait before a retry; it doubles (with jitter) up to _MAX_BACKOFF_S
+DEFAULT_MAX_CONCURRENCY = 64  # calls in flight per model, outside a ``call_limit``
 # Failures no retry mends: a key refused or missing, a model the server does not serve.
 FINAL_FAILURES = frozenset({"auth", "model_not_found"})
 _AUTH_TEXT = re.compile(
@@ -154,6 +159,7 @@ class Reply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # the server's parsed tool calls (a request with ``tools``)
 
 
 class RemoteBackend:
@@ -167,10 +173,10 @@ class RemoteBackend:
         *,
         structured_output: bool,
         hosted: bool,
-        max_retries: int = 4,
-        timeout_s: float = 60.0,
-        backoff_base_s: float = 0.5,
-        max_concurrency: int = 64,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     ) -> None:
         self.model = model
         self.api_base = ModelServers.parse(api_base)  # None: the provider's own endpoint
@@ -234,6 +240,11 @@ class RemoteBackend:
         """The messages to send (the schema appended when the server cannot force it) and the extra body fields."""
         messages = [dict(m) for m in request.messages]
         extra: dict[str, Any] = {}
+        if request.tools:  # a ``tools`` conversation: OpenAI's wire format, and the tools the model may call
+            from sotopia_env.backends.tool_wire import openai_messages
+
+            messages = openai_messages(messages)
+            extra["tools"] = request.tools
         if request.json_schema is not None:
             if self.structured_output:
                 # Hosted providers' strict mode rejects length and range keywords: drop them there (we validate
@@ -322,6 +333,8 @@ class RemoteBackend:
     def _completion(self, request: ChatRequest, reply: Reply, latency: float, attempts: int) -> Completion:
         text = reply.text
         meta: dict[str, Any] = {"attempts": attempts, "finish_reason": reply.finish_reason}
+        if reply.tool_calls:
+            meta["tool_calls"] = reply.tool_calls
         if request.json_schema is not None:
             repaired = repair_json_object(text)
             if repaired is not None and repaired != text:

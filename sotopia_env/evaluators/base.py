@@ -94,6 +94,10 @@ class EpisodeContext(BaseModel):
 
 @runtime_checkable
 class Evaluator(Protocol):
+    """What rates a finished episode: ``aevaluate(context)`` (or ``evaluate``) returns an ``EpisodeRating``, per
+    agent each of ``dimensions`` with its reasoning, or an unrated one with its error, never a silent 0. ``name``
+    is stored with the ratings; ``make_evaluator(spec)`` builds the built-in ones."""
+
     name: str
     dimensions: tuple[Dimension, ...]
 

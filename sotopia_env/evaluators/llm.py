@@ -18,6 +18,7 @@ from typing import Any
 from sotopia_env.backends.base import Backend, GenerationSettings, Usage, raise_service_failure
 from sotopia_env.evaluators.base import AgentRating, EpisodeContext, EpisodeRating, SyncFromAsync, validate_scores
 from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS, Dimension
+from sotopia_env.limits import ANSWER_RETRIES
 from sotopia_env.observation import omniscient_background
 from sotopia_env.transcript import render_transcript
 
@@ -130,7 +131,7 @@ class LLMEvaluator(SyncFromAsync):
         self,
         backend: Backend,
         dimensions: tuple[Dimension, ...] = SOTOPIA_DIMENSIONS,
-        max_retries: int = 2,
+        max_retries: int = ANSWER_RETRIES,
         settings: GenerationSettings | None = None,
         constrained: bool = True,
         max_reasoning: int = 400,

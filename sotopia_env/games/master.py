@@ -3,8 +3,8 @@ game's rule set implements.
 
 The env asks the master who acts (``acting``), what each player may do (``options``), whether a move is allowed
 (``problem``) and who observes a move (``audience``); it hands it each step's moves (``apply``) and records the
-announcements it returns as turns of ``MODERATOR``. The rule set (``spec.rules``, from the registry that games
-share with the verifiable kinds: ``sotopia_env.kinds.registry``) resolves a phase's moves and decides the outcome.
+announcements it returns as turns of ``MODERATOR``. The rule set (``spec.rules``, from the games' registry,
+``sotopia_env.games.registry``) resolves a phase's moves and decides the outcome.
 
 Everything follows from the spec, the seat order and the moves: no randomness, so the same moves give the same
 game, and ``replay`` rebuilds the game from a transcript (``GameRules.judge`` does).
@@ -19,9 +19,9 @@ from typing import ClassVar
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.outcome import Announcement, GameOutcome
 from sotopia_env.games.players import GamePlayer, hidden_roles
+from sotopia_env.games.registry import game_rules
 from sotopia_env.games.spec import ALIVE, GameSpec, Phase, Role
 from sotopia_env.kinds.base import GAME, Verdict
-from sotopia_env.kinds.registry import rule_set
 from sotopia_env.transcript import MODERATOR, Turn
 
 
@@ -37,7 +37,7 @@ class GameMaster:
         self.cycle = 0  # 0-based: the cycle being played
         self.votes = 0
         self.outcome: GameOutcome | None = None
-        self.rules: GameRules = rule_set(spec.rules, GAME).new_game()
+        self.rules: GameRules = game_rules(spec.rules).new_game()
         self._phase = -1
         self._queue: list[str] = []
         self._moves: dict[str, AgentAction] = {}

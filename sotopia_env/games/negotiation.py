@@ -26,6 +26,7 @@ from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.master import GameMaster, GameRules, canonical, split_text
 from sotopia_env.games.outcome import Announcement, GameOutcome
 from sotopia_env.games.players import GameOracle, GamePlayer, Seen
+from sotopia_env.games.registry import register_game
 from sotopia_env.games.spec import GameSpec, Phase
 from sotopia_env.transcript import MODERATOR
 
@@ -237,4 +238,4 @@ class Negotiation(GameRules):
         return None
 
 
-RULES = Negotiation()
+RULES = register_game(Negotiation())

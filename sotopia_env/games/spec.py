@@ -25,7 +25,7 @@ game:
 - ``order``: ``round-robin`` (one actor a step, ``rounds`` times around) or ``simultaneous`` (one step).
 
 Checked on load, each problem as one line naming the field: an unknown rule set (``rules``: a game rule set of
-the registry, ``sotopia_env.kinds.registry``), an unknown role in ``seats`` or in a phase's ``actors``, a phase
+the games' registry, ``sotopia_env.games.registry``), an unknown role in ``seats`` or in a phase's ``actors``, a phase
 without actors, a seat count that differs from the scenario's goals, and the rule set's own needs (its
 ``check``: werewolf needs a werewolf and more villagers than wolves).
 """
@@ -37,8 +37,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sotopia_env.actions import ActionType
-from sotopia_env.kinds.base import GAME
-from sotopia_env.kinds.registry import rule_set, rule_sets
+from sotopia_env.games.registry import game_rule_sets, game_rules
 
 ALIVE = "alive"
 Choices = Literal["alive", "alive-others", "alive-outside-team", "split", "yes-no"]
@@ -100,7 +99,7 @@ class GameSpec(_Strict):
     @field_validator("rules")
     @classmethod
     def _known_rules(cls, name: str) -> str:
-        known = [r.name for r in rule_sets(GAME)]
+        known = [r.name for r in game_rule_sets()]
         if name not in known:
             raise ValueError(f"unknown rule set {name!r} (known: {', '.join(known)})")
         return name
@@ -118,7 +117,7 @@ class GameSpec(_Strict):
             for actor in phase.actors:
                 if actor not in names:
                     raise ValueError(f"phases[{i}].actors: unknown role {actor!r} (roles, teams or 'alive')")
-        rule_set(self.rules, GAME).check(self)
+        game_rules(self.rules).check(self)
         return self
 
     def max_steps(self) -> int:

@@ -22,6 +22,7 @@ from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
 from sotopia_env.games.players import GameOracle, Seen
+from sotopia_env.games.registry import register_game
 from sotopia_env.games.spec import GameSpec, Phase
 from sotopia_env.games.teams import TeamGame, TeamPlayer
 from sotopia_env.transcript import MODERATOR
@@ -153,4 +154,4 @@ class Undercover(TeamGame):
         return f"{name} was {'the undercover player' if undercover else 'not the undercover player'}."
 
 
-RULES = Undercover()
+RULES = register_game(Undercover())

@@ -23,6 +23,7 @@ from sotopia_env.actions import AgentAction
 from sotopia_env.games.master import GameMaster
 from sotopia_env.games.outcome import Announcement
 from sotopia_env.games.players import GameOracle, Seen
+from sotopia_env.games.registry import register_game
 from sotopia_env.games.spec import Phase
 from sotopia_env.games.teams import TeamGame, TeamPlayer
 from sotopia_env.transcript import MODERATOR
@@ -269,4 +270,4 @@ class Werewolf(TeamGame):
         return self.vote_out(gm, moves)
 
 
-RULES = Werewolf()
+RULES = register_game(Werewolf())

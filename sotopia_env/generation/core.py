@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from sotopia_env.backends.base import Backend, ChatRequest
+from sotopia_env.limits import DEFAULT_CONCURRENCY
 
 T = TypeVar("T")
 Status = Literal["generated", "duplicate", "failed"]
@@ -36,7 +37,7 @@ class RunSettings:
     """Sampling and robustness settings of a generation run."""
 
     attempts: int = 3  # tries per item, the first included
-    concurrency: int = 8  # items in flight at once
+    concurrency: int = DEFAULT_CONCURRENCY  # items in flight at once
     temperature: float = 0.9
     top_p: float = 0.95
     max_new_tokens: int = 700

@@ -11,11 +11,12 @@ everything about it (``sotopia_env.kinds.base`` says what):
 - ``persuasion``: the partner hides a concern (drawn per episode) behind cue lines and agrees to its remedy, asked;
 - ``split``: an offer names the learner's count of every item type; the partner hides its values and threshold.
 
-``sotopia_env.kinds.registry`` finds them by name, with the games' rule sets (``sotopia_env.games``). Add a
-kind with one module: a ``Kind`` subclass and ``register_kind`` (or an entry point in ``sotopia_env.kinds``); see
-CONTRIBUTING.md.
+``sotopia_env.kinds.registry`` finds them by name, with the games' rule sets (``sotopia_env.games.registry``).
+Add a kind with one module: a ``Kind`` subclass and ``KIND = register_kind(MyKind())`` (or an entry point in
+``sotopia_env.kinds``); see CONTRIBUTING.md. Importing this package registers the built-in kinds.
 """
 
+from sotopia_env.kinds import bargaining, persuasion, scheduling, split  # noqa: F401  (the built-in kinds register)
 from sotopia_env.kinds.base import (
     LEARNER_SEAT,
     PARTNER_SEAT,

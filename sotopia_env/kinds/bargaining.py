@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.kinds.base import Kind, LearnerView, Move, Outcome, Talk, VerifiableFacts, spoken, ten
+from sotopia_env.kinds.registry import register_kind
 
 _NUMBER = re.compile(r"(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.,])\d+(?:\.\d+)?(?![\w])")
 _MONEY = re.compile(r"([$€£])\s?(\d[\d,]*(?:\.\d+)?)")
@@ -274,4 +275,4 @@ def _money(facts: BargainingFacts, value: Any) -> str:
     return f"{facts.currency}{text}"
 
 
-KIND = Bargaining()
+KIND = register_kind(Bargaining())

@@ -1,10 +1,10 @@
 """The rules protocol that verifiable kinds and games share, and what every verifiable kind is built from.
 
-``RuleSet`` is what the registry (``sotopia_env.kinds.registry``) holds: a verifiable kind (a ``Kind``, which
-reads a scenario's ``verifiable`` facts) or a game's rule set (``sotopia_env.games.master.GameRules``, which
-reads its ``game`` section). Both judge a finished episode exactly (``judge`` -> ``Verdict``), from the seat
-names and the transcript alone, and both drive the seats that follow rules (a kind's rule partner, a game's
-rule players).
+``RuleSet`` is what the registries hold: a verifiable kind (a ``Kind``, which reads a scenario's ``verifiable``
+facts; ``sotopia_env.kinds.registry``) or a game's rule set (``sotopia_env.games.master.GameRules``, which reads
+its ``game`` section; ``sotopia_env.games.registry``). Both judge a finished episode exactly (``judge`` ->
+``Verdict``), from the seat names and the transcript alone, and both drive the seats that follow rules (a kind's
+rule partner, a game's rule players).
 
 A kind is one module with one ``Kind`` subclass: its facts model (a ``VerifiableFacts`` subclass), its rules
 (``respond`` and ``outcome``), its partner's lines (``LINES`` and ``fields``), its expert policy (``agreed`` and
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -29,10 +30,18 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.errors import UserError
 from sotopia_env.transcript import Turn
 
 LEARNER_SEAT, PARTNER_SEAT = 0, 1  # a verifiable scenario: seat 1 learns, seat 2 follows the rules
 VERIFIABLE, GAME = "verifiable", "game"  # the scenario section a rule set reads
+RULE_SET_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")  # a registered kind's or game's name
+
+
+class KindError(UserError, ValueError):
+    """A rule set (a verifiable kind or a game's) that cannot be registered or found; the message names it."""
+
+
 _LEAVING = ("leave", "goodbye")
 
 

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sotopia_env.actions import ActionType, AgentAction
 from sotopia_env.kinds.base import Kind, LearnerView, Move, Outcome, Talk, VerifiableFacts, spoken
+from sotopia_env.kinds.registry import register_kind
 
 ASK_CUES = ("?", "please", "would you", "could you", "can you", "will you", "may i", "can i", "let me")
 TURN_COST = 3  # goal points per learner action before the accepted one
@@ -456,4 +457,4 @@ class Persuasion(Kind):
         return 1.0 if talk.deal is not None else REMEDIED_CREDIT if talk.remedied else 0.0
 
 
-KIND = Persuasion()
+KIND = register_kind(Persuasion())

@@ -1,12 +1,18 @@
-"""The registry of rule sets: every verifiable kind and every game's rule set, by name.
+"""The registry of rule sets: every verifiable kind by name and, through the games' own registry
+(``sotopia_env.games.registry``), every game's rule set.
 
-A rule set gets in three ways, all loaded on first use:
+A kind gets in two ways, the style of every registry here (a call, plus an entry-point group):
 
-- built in (``BUILTIN``): the kinds ``bargaining``, ``scheduling``, ``persuasion`` and ``split``
-  (``sotopia_env.kinds``) and the games' ``werewolf``, ``undercover`` and ``negotiation`` (``sotopia_env.games``);
-- an installed package's entry point in the group ``sotopia_env.kinds`` (``toy = my_package.toy:KIND``), so
-  the CLI, configs and stored episodes find it;
-- ``register_kind(KIND)`` from Python, before the scenarios that name it are loaded.
+- ``KIND = register_kind(MyKind())`` at the bottom of its module. The built-in kinds (``bargaining``,
+  ``scheduling``, ``persuasion``, ``split``) are imported by the package, ``sotopia_env.kinds``, which Python
+  runs before any of its modules, this one included: they are registered before any lookup;
+- an installed package's entry point in the group ``sotopia_env.kinds`` (``toy = my_package.toy:KIND``), loaded
+  on the first lookup, so the CLI, configs and stored episodes find it.
+
+A game's rule set registers in the games' registry (``register_game``, entry points in ``sotopia_env.games``);
+``register_kind`` and the ``sotopia_env.kinds`` group pass one on there, as before. ``rule_set(name)`` finds
+kinds and games alike; a kind and a game may not share a name (a lookup by that name says so). No module here
+imports a kind's or a game's module: they import the registries, so there is no import circle.
 
 Scenario YAML names a kind by its name (``verifiable: {kind: bargaining, ...}``) and a game its rule set
 (``game: {rules: werewolf, ...}``); ``validate_facts`` checks the facts against the registered kinds' models, so a
@@ -15,8 +21,6 @@ mistake is one line naming file, entry and field, as before.
 
 from __future__ import annotations
 
-import importlib
-import re
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib.metadata import entry_points
@@ -25,40 +29,23 @@ from typing import Annotated, Any, Union
 from pydantic import Field, TypeAdapter
 
 from sotopia_env.errors import UserError
-from sotopia_env.kinds.base import GAME, VERIFIABLE, Kind, RuleSet, VerifiableFacts
+from sotopia_env.kinds.base import GAME, RULE_SET_NAME, VERIFIABLE, Kind, KindError, RuleSet, VerifiableFacts
 
 ENTRY_POINT_GROUP = "sotopia_env.kinds"
-BUILTIN = (
-    "sotopia_env.kinds.bargaining:KIND",
-    "sotopia_env.kinds.scheduling:KIND",
-    "sotopia_env.kinds.persuasion:KIND",
-    "sotopia_env.kinds.split:KIND",
-    "sotopia_env.games.werewolf:RULES",
-    "sotopia_env.games.undercover:RULES",
-    "sotopia_env.games.negotiation:RULES",
-)
-_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
-_registered: dict[str, RuleSet] = {}
+_registered: dict[str, Kind] = {}  # the kinds; the games' rule sets are in sotopia_env.games.registry
 _loaded = False
-
-
-class KindError(UserError, ValueError):
-    """A rule set that cannot be registered or found; the message names it."""
 
 
 class NotVerifiable(UserError, ValueError):
     """A scenario without hidden facts where a verifiable one is needed."""
 
 
-def _load_builtins_and_entry_points() -> None:
+def _load_entry_points() -> None:
     global _loaded
     if _loaded:
         return
     _loaded = True  # first: a plugin module that registers itself on import finds the registry ready
-    for target in BUILTIN:
-        module, _, attr = target.partition(":")
-        _add(getattr(importlib.import_module(module), attr), f"built-in {target}")
     for point in entry_points(group=ENTRY_POINT_GROUP):
         where = f"entry point {point.name!r} ({point.value}, group {ENTRY_POINT_GROUP})"
         try:
@@ -69,22 +56,36 @@ def _load_builtins_and_entry_points() -> None:
         _add(found, where)
 
 
+def _games() -> Any:
+    """The games' registry, imported on use (by lookups only, never while a kind registers): the package
+    ``sotopia_env.kinds`` imports this module and its built-in kinds, and the games' modules import
+    ``sotopia_env.kinds.base`` (so that package) while they load."""
+    from sotopia_env.games import registry
+
+    return registry
+
+
+def _game_names() -> set[str]:
+    return {rules.name for rules in _games().game_rule_sets()}
+
+
 def _add(rule_set: Any, where: str, replace: bool = False) -> RuleSet:
     if isinstance(rule_set, type):
         rule_set = rule_set()  # a class stands for its one instance
-    if not isinstance(rule_set, RuleSet) or rule_set.section not in (VERIFIABLE, GAME):
+    if isinstance(rule_set, RuleSet) and rule_set.section == GAME:  # a game's: the games' registry keeps it
+        if rule_set.name in _registered:
+            raise KindError(f"{where}: the name {rule_set.name!r} is taken by a verifiable kind")
+        return _games().add_game(rule_set, where, replace)
+    if not isinstance(rule_set, RuleSet) or rule_set.section != VERIFIABLE:
         raise KindError(f"{where}: {rule_set!r} is not a rule set (a sotopia_env.kinds.Kind or a games' GameRules)")
     name = rule_set.name
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not RULE_SET_NAME.match(name):
         raise KindError(f"{where}: name {name!r} must be lower case letters, digits, '-' or '_'")
-    if isinstance(rule_set, Kind):
-        model = getattr(rule_set, "facts_model", None)
-        if not (isinstance(model, type) and issubclass(model, VerifiableFacts)) or (
-            model.model_fields["kind"].default != name
-        ):
-            raise KindError(
-                f"{where}: facts_model must be a VerifiableFacts subclass with 'kind' defaulting to {name!r}"
-            )
+    model = getattr(rule_set, "facts_model", None)
+    if not (isinstance(model, type) and issubclass(model, VerifiableFacts)) or (
+        model.model_fields["kind"].default != name
+    ):
+        raise KindError(f"{where}: facts_model must be a VerifiableFacts subclass with 'kind' defaulting to {name!r}")
     known = _registered.get(name)
     if known is not None and type(known) is not type(rule_set) and not replace:
         taken = f"{type(known).__module__}.{type(known).__qualname__}"
@@ -95,29 +96,34 @@ def _add(rule_set: Any, where: str, replace: bool = False) -> RuleSet:
 
 
 def register_kind(rule_set: Any, replace: bool = False) -> Any:
-    """Register a verifiable kind (a ``Kind`` instance, or its class) or a game's rule set under its ``name``;
-    returns it. A name taken by another rule set is a ``KindError`` unless ``replace``."""
-    _load_builtins_and_entry_points()
+    """Register a verifiable kind (a ``Kind`` instance, or its class) under its ``name``; returns it. A game's
+    rule set is passed on to the games' registry (``sotopia_env.games.registry.register_game``). A name taken by
+    another rule set is a ``KindError`` unless ``replace``."""
     return _add(rule_set, f"register_kind({type(rule_set).__name__})", replace)
 
 
 def unregister_kind(name: str) -> None:
-    """Forget the rule set ``name`` (a test's toy kind, say); a built-in one comes back on the next process."""
-    _load_builtins_and_entry_points()
+    """Forget the kind ``name`` (a test's toy kind, say); a built-in one comes back on the next process."""
     _registered.pop(name, None)
 
 
 def rule_sets(section: str | None = None) -> list[RuleSet]:
     """Every registered rule set (of one ``section``: ``verifiable`` or ``game``), sorted by name."""
-    _load_builtins_and_entry_points()
-    return [r for _, r in sorted(_registered.items()) if section is None or r.section == section]
+    _load_entry_points()
+    kinds: list[RuleSet] = list(_registered.values()) if section != GAME else []
+    games: list[RuleSet] = _games().game_rule_sets() if section != VERIFIABLE else []
+    return sorted([*kinds, *games], key=lambda r: r.name)
 
 
 def rule_set(name: str, section: str | None = None) -> Any:
     """The rule set registered as ``name`` (in ``section``, when given); ``KindError`` names the known ones."""
-    _load_builtins_and_entry_points()
-    found = _registered.get(name)
-    if found is None or (section is not None and found.section != section):
+    _load_entry_points()
+    found: Any = _registered.get(name) if section != GAME else None
+    if section != VERIFIABLE and name in _game_names():
+        if found is not None:
+            raise KindError(f"the name {name!r} is both a verifiable kind and a game's rule set; register one of them")
+        found = _games().game_rules(name)
+    if found is None:
         what = {VERIFIABLE: "verifiable kind", GAME: "game rule set"}.get(section or "", "kind or rule set")
         known = ", ".join(r.name for r in rule_sets(section))
         raise KindError(f"unknown {what} {name!r} (known: {known})")

@@ -60,6 +60,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.kinds.base import Kind, LearnerView, Move, Outcome, Talk, VerifiableFacts, spoken
+from sotopia_env.kinds.registry import register_kind
 
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 TIMES = ("morning", "lunchtime", "afternoon", "evening", "night")
@@ -456,4 +457,4 @@ def _line(action: tuple, moves: int) -> str:
     return f"Are {value}s OK for you?" if moves else f"Hi! Are {value}s OK for you?"
 
 
-KIND = Scheduling()
+KIND = register_kind(Scheduling())

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sotopia_env.actions import AgentAction
 from sotopia_env.kinds.base import Kind, LearnerView, Move, Outcome, Talk, VerifiableFacts, spoken, ten
+from sotopia_env.kinds.registry import register_kind
 
 TOTAL = 10  # each side's values sum to this over the whole pool
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
@@ -452,4 +453,4 @@ def heuristic_share(pool: Pool, view: LearnerView) -> Share:
     return tuple(share)
 
 
-KIND = Split()
+KIND = register_kind(Split())
