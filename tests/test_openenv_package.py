@@ -109,7 +109,10 @@ def _kept(name: str, patterns: list[str]) -> bool:
 
 def test_the_image_builds_and_plays_an_episode():
     """Where docker runs: the Dockerfile builds (it needs the network for pip) and OpenEnv's ``from_docker_image``
-    starts it and plays an episode."""
+    starts it and plays an episode. The build reaches beyond loopback (the base image, PyPI), so it runs only when
+    asked: ``SOTOPIA_ENV_DOCKER_TESTS=1``."""
+    if os.environ.get("SOTOPIA_ENV_DOCKER_TESTS") != "1":
+        pytest.skip("the image build needs the network: set SOTOPIA_ENV_DOCKER_TESTS=1 where docker may pull and pip")
     if shutil.which("docker") is None:
         pytest.skip("docker not installed: the Dockerfile build is checked where docker exists")
     info = subprocess.run(["docker", "info"], capture_output=True, text=True)

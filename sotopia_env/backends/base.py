@@ -42,7 +42,8 @@ def prompt_text(
     prompt (and ``tools``, where given) when it has one, else a plain ``role: content`` line per message, then
     ``assistant: ``."""
     if getattr(tokenizer, "chat_template", None):
-        return str(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False))
+        extra = {"tools": tools} if tools else {}  # only where given: a template need not take ``tools`` at all
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra))
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
 
 
