@@ -239,10 +239,11 @@ def test_a_model_plays_a_kind_of_ones_own(guess_kind, guess_folder, tiny_model_d
 def test_a_broken_entry_point_is_a_one_line_error_on_every_lookup(monkeypatch):
     from importlib.metadata import EntryPoint
 
+    from sotopia_env.kinds import base as kinds_base
     from sotopia_env.kinds import registry
 
     broken = EntryPoint(name="broken", value="no_such_module:KIND", group=registry.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(registry, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(kinds_base, "entry_points", lambda group: [broken])  # both registries load through it
     monkeypatch.setattr(registry, "_loaded", False)  # a fresh process's registry, restored afterwards
     monkeypatch.setattr(registry, "_registered", {})
     where = r"entry point 'broken' \(no_such_module:KIND, group sotopia_env.kinds\) failed to load: ModuleNotFound"
@@ -259,6 +260,7 @@ def test_games_have_a_registry_of_their_own(monkeypatch):
 
     from sotopia_env.games import registry as games
     from sotopia_env.games.werewolf import RULES as WEREWOLF
+    from sotopia_env.kinds import base as kinds_base
 
     monkeypatch.setattr(games, "_registered", dict(games._registered))  # restored afterwards
     assert rule_set("werewolf") is WEREWOLF is games.game_rules("werewolf") is rule_set("werewolf", "game")
@@ -270,7 +272,7 @@ def test_games_have_a_registry_of_their_own(monkeypatch):
     plugin.RULES = type("ToyWolf", (type(WEREWOLF),), {"name": "toy-wolf"})()
     monkeypatch.setitem(sys.modules, "toy_game", plugin)
     point = EntryPoint(name="toy-wolf", value="toy_game:RULES", group=games.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(games, "entry_points", lambda group: [point] if group == games.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(kinds_base, "entry_points", lambda group: [point] if group == games.ENTRY_POINT_GROUP else [])
     monkeypatch.setattr(games, "_loaded", False)
     assert rule_set("toy-wolf") is plugin.RULES and "toy-wolf" in [r.name for r in rule_sets("game")]
 

@@ -16,10 +16,9 @@ sits below them and there is no import circle. ``sotopia_env.kinds.registry`` co
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any
 
-from sotopia_env.kinds.base import GAME, RULE_SET_NAME, KindError, RuleSet
+from sotopia_env.kinds.base import GAME, RULE_SET_NAME, KindError, RuleSet, load_entry_point_group
 
 ENTRY_POINT_GROUP = "sotopia_env.games"
 
@@ -32,14 +31,11 @@ def _load_entry_points() -> None:
     if _loaded:
         return
     _loaded = True  # first: a plugin module that registers itself on import finds the registry ready
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {point.name!r} ({point.value}, group {ENTRY_POINT_GROUP})"
-        try:
-            found = point.load()
-        except Exception as exc:
-            _loaded = False  # every later lookup says so again, rather than go on without it
-            raise KindError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
-        add_game(found, where)
+    try:
+        load_entry_point_group(ENTRY_POINT_GROUP, add_game)
+    except KindError:
+        _loaded = False  # every later lookup says so again, rather than go on without it
+        raise
 
 
 def add_game(rules: Any, where: str, replace: bool = False) -> Any:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
@@ -40,6 +41,18 @@ RULE_SET_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")  # a registered kind's or game
 
 class KindError(UserError, ValueError):
     """A rule set (a verifiable kind or a game's) that cannot be registered or found; the message names it."""
+
+
+def load_entry_point_group(group: str, add: Callable[[Any, str], Any]) -> None:
+    """Load every entry point of ``group`` and hand each to ``add(found, where)`` (the kinds' and the games'
+    registries); one that fails to load is a ``KindError`` naming it."""
+    for point in entry_points(group=group):
+        where = f"entry point {point.name!r} ({point.value}, group {group})"
+        try:
+            found = point.load()
+        except Exception as exc:
+            raise KindError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+        add(found, where)
 
 
 _LEAVING = ("leave", "goodbye")

@@ -23,13 +23,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter
 
 from sotopia_env.errors import UserError
-from sotopia_env.kinds.base import GAME, RULE_SET_NAME, VERIFIABLE, Kind, KindError, RuleSet, VerifiableFacts
+from sotopia_env.kinds.base import (
+    GAME,
+    RULE_SET_NAME,
+    VERIFIABLE,
+    Kind,
+    KindError,
+    RuleSet,
+    VerifiableFacts,
+    load_entry_point_group,
+)
 
 ENTRY_POINT_GROUP = "sotopia_env.kinds"
 
@@ -46,14 +54,11 @@ def _load_entry_points() -> None:
     if _loaded:
         return
     _loaded = True  # first: a plugin module that registers itself on import finds the registry ready
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {point.name!r} ({point.value}, group {ENTRY_POINT_GROUP})"
-        try:
-            found = point.load()
-        except Exception as exc:
-            _loaded = False  # every later lookup says so again, rather than go on without it
-            raise KindError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
-        _add(found, where)
+    try:
+        load_entry_point_group(ENTRY_POINT_GROUP, _add)
+    except KindError:
+        _loaded = False  # every later lookup says so again, rather than go on without it
+        raise
 
 
 def _games() -> Any:
