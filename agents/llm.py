@@ -8,7 +8,7 @@ from sotopia_env.backends.base import Backend, Completion, GenerationSettings, r
 from sotopia_env.limits import ANSWER_RETRIES
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
-from sotopia_env.tool_calls import TOOLS, parse_tool_call, tool_schemas
+from sotopia_env.tool_calls import TOOLS, parse_tool_call, tool_call_schema, tool_schemas
 from sotopia_env.topic import TOPIC_BIAS, seat_topic_words
 
 # The chat settings of interactive episodes (``run``, the server's simulations): greedy, with a penalty on tokens
@@ -30,8 +30,9 @@ class LLMAgent:
     prompted with (a backend's ``preferred_prompt``: the local backend's small models get ``chat``, a trained
     model directory the prompt it was trained on), else SOTOPIA's.
 
-    The request carries the action schema, so backends that can constrain
-    decoding do. Malformed output is retried ``max_retries`` times; after that
+    The request carries the action schema (under ``tools``, the schema of a valid tool call: ``call_schema``), so
+    backends that can constrain decoding do (the local backend, to one call as its chat template writes it).
+    Malformed output is retried ``max_retries`` times; after that
     the agent takes a ``none`` action carrying the error, which the env counts as
     an agent error (never as stale talk). A backend whose service failed (``Completion.failure``: a key refused,
     a server down) raises ``ServiceFailure`` instead: the model never answered, so the episode is failed, not
@@ -79,6 +80,11 @@ class LLMAgent:
             if self.constrained and tools is None
             else None
         )
+        call_schema = (
+            tool_call_schema(obs.available_actions, obs.recipients or None, obs.choices or None)
+            if self.constrained and tools is not None
+            else None
+        )
         messages = render_prompt(obs, self.prompt)
         said = {h.argument.strip() for h in obs.history} - {""} if self.settings.avoid_repeats else set()
         # the nudge is for talk: a game's turn (a phase, a list of choices) is the model's own
@@ -89,7 +95,7 @@ class LLMAgent:
             settings = self.settings if attempt == 0 else self.settings.for_retry()
             request = settings.request(
                 messages, schema, 1000 * obs.turn + attempt, avoid_copying=tuple(sorted(said)), favour_words=topic,
-                tools=tools,
+                tools=tools, call_schema=call_schema,
             )  # fmt: skip
             (completion,) = await self.backend.generate([request])
             self.usage.record(completion)

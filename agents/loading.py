@@ -1,6 +1,8 @@
 """Build an agent from a spec: a model, an alias, ``human``, ``rule-partner``, ``rule-player``,
 ``oracle-player`` (games), a verifiable kind's
-``baseline-random``/``-heuristic``/``-oracle`` (``agents.baselines``) or ``module:Class``.
+``baseline-random``/``-heuristic``/``-oracle`` (``agents.baselines``) or ``module:Class``. The spec is read once
+(``agents.specs.AgentSpec.parse``) and built by its kind's entry in the registry of agent kinds
+(``agents.specs.register_agent_kind``); this module registers the two forms, ``module:Class`` and a model.
 
 ``module:Class`` resolves against the current folder first (as uvicorn's ``--app-dir .`` does), then against
 folders given with ``add_agents_path`` (the CLI's ``--agents-path DIR``), then the installed packages. Only the
@@ -14,7 +16,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
-import re
 import sys
 from collections.abc import Iterable
 from importlib.machinery import ModuleSpec, PathFinder
@@ -24,26 +25,44 @@ from typing import Any
 
 from sotopia_env.agents.base import Agent
 from sotopia_env.agents.baselines import SPECS as BASELINE_SPECS
-from sotopia_env.agents.baselines import load_baseline
+from sotopia_env.agents.specs import (
+    CUSTOM,
+    MODEL,
+    NO_MODEL_SPECS,
+    ORACLE_PLAYER,
+    RULE_PARTNER,
+    RULE_PLAYER,
+    AgentSpec,
+    AgentSpecError,
+    agent_kind,
+    agent_kind_names,
+    register_agent_kind,
+)
 from sotopia_env.backends.base import GenerationSettings
 from sotopia_env.backends.endpoints import ApiBase
-from sotopia_env.errors import UserError, did_you_mean
+from sotopia_env.errors import did_you_mean
 
-RULE_PARTNER = "rule-partner"
-RULE_PLAYER = "rule-player"
-ORACLE_PLAYER = "oracle-player"  # agents.game_players.OraclePlayer: a game seat handed every role
-NO_MODEL_SPECS = frozenset(
-    {"human", RULE_PARTNER, RULE_PLAYER, ORACLE_PLAYER, *BASELINE_SPECS}
-)  # agents that call no model
-_CUSTOM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+__all__ = [
+    "BASELINE_SPECS",
+    "NO_MODEL_SPECS",
+    "ORACLE_PLAYER",
+    "RULE_PARTNER",
+    "RULE_PLAYER",
+    "AgentSpec",
+    "AgentSpecError",
+    "add_agents_path",
+    "is_custom_spec",
+    "load_agent",
+    "load_custom_agent",
+]
 
 
-class AgentSpecError(UserError, ValueError):
-    """An agent spec that cannot be built; the message names the spec."""
-
-
-def is_custom_spec(spec: str) -> bool:
-    return bool(_CUSTOM.match(spec)) and not spec.startswith("local:")
+def is_custom_spec(spec: AgentSpec | str) -> bool:
+    """Whether ``spec`` is a ``module:Class`` spec (``AgentSpec.is_custom``); False for one that is no spec."""
+    try:
+        return AgentSpec.parse(spec).is_custom
+    except AgentSpecError:
+        return False
 
 
 _AGENT_FOLDERS: list[Path] = []  # --agents-path folders, searched after the current folder
@@ -92,30 +111,33 @@ def _import_user_module(module_name: str) -> ModuleType:
     return importlib.import_module(module_name)
 
 
-def load_custom_agent(spec: str, **kwargs: Any) -> Agent:
+def load_custom_agent(spec: AgentSpec | str, **kwargs: Any) -> Agent:
     """Import ``module:Class`` (the current folder first) and instantiate it with ``kwargs``."""
-    module_name, _, attr = spec.partition(":")
+    spec = AgentSpec.parse(spec)
+    if not spec.is_custom or spec.module is None or spec.attr is None:
+        raise AgentSpecError(f"agent spec {spec.text!r}: not module:Class")
+    module_name, attr = spec.module, spec.attr
     try:
         module = _import_user_module(module_name)
     except ModuleNotFoundError as exc:
-        raise AgentSpecError(f"agent spec {spec!r}: module {exc.name!r} not found") from None
+        raise AgentSpecError(f"agent spec {spec.text!r}: module {exc.name!r} not found") from None
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}"
-        raise AgentSpecError(f"agent spec {spec!r}: importing {module_name} failed: {reason}") from None
+        raise AgentSpecError(f"agent spec {spec.text!r}: importing {module_name} failed: {reason}") from None
     cls = getattr(module, attr, None)
     if cls is None:
-        raise AgentSpecError(f"agent spec {spec!r}: module {module_name} has no attribute {attr!r}")
+        raise AgentSpecError(f"agent spec {spec.text!r}: module {module_name} has no attribute {attr!r}")
     try:
         agent = cls(**kwargs)
     except TypeError as exc:
-        raise AgentSpecError(f"agent spec {spec!r}: cannot construct {attr}: {exc}") from None
+        raise AgentSpecError(f"agent spec {spec.text!r}: cannot construct {attr}: {exc}") from None
     if not callable(getattr(agent, "act", None)):
-        raise AgentSpecError(f"agent spec {spec!r}: {attr} has no act(observation) method")
+        raise AgentSpecError(f"agent spec {spec.text!r}: {attr} has no act(observation) method")
     return agent
 
 
 def load_agent(
-    spec: str,
+    spec: AgentSpec | str,
     settings: GenerationSettings | None = None,
     api_base: ApiBase = None,
     api_key: str | None = None,
@@ -123,38 +145,42 @@ def load_agent(
     prompt: str | None = None,
     **backend_options: Any,
 ) -> Agent:
-    """An agent for ``spec``; model specs become an ``LLMAgent`` on a shared backend, prompted with ``prompt``
+    """An agent for ``spec`` (an ``AgentSpec``, or a string parsed here once), built by its kind's registered
+    build (``agents.specs``); model specs become an ``LLMAgent`` on a shared backend, prompted with ``prompt``
     (None: the model's own, ``LLMAgent``)."""
-    if spec == "human":
-        from sotopia_env.agents.human import HumanAgent
+    spec = AgentSpec.parse(spec)
+    options = {"api_base": api_base, "api_key": api_key, "constrained": constrained, "prompt": prompt}
+    return agent_kind(spec.kind).build(spec, settings=settings, **options, **backend_options)
 
-        return HumanAgent()
-    if spec == RULE_PARTNER:
-        from sotopia_env.agents.rule_partners import RulePartner
 
-        return RulePartner()
-    if spec == RULE_PLAYER:
-        from sotopia_env.agents.game_players import RulePlayer
+@register_agent_kind(CUSTOM)
+def _custom(spec: AgentSpec, **_: Any) -> Agent:
+    return load_custom_agent(spec)
 
-        return RulePlayer()
-    if spec == ORACLE_PLAYER:
-        from sotopia_env.agents.game_players import OraclePlayer
 
-        return OraclePlayer()
-    if spec in BASELINE_SPECS:
-        return load_baseline(spec)
-    if is_custom_spec(spec):
-        return load_custom_agent(spec)
+@register_agent_kind(MODEL, calls_model=True)
+def _llm(
+    spec: AgentSpec,
+    settings: GenerationSettings | None = None,
+    api_base: ApiBase = None,
+    api_key: str | None = None,
+    constrained: bool = True,
+    prompt: str | None = None,
+    **backend_options: Any,
+) -> Agent:
+    """An ``LLMAgent`` on the shared backend of ``spec.model``."""
     from sotopia_env.agents.llm import LLMAgent
     from sotopia_env.backends.resolve import resolve_backend
     from sotopia_env.embedded_models import EMBEDDED_MODELS, UnknownModel
 
     try:
-        backend = resolve_backend(spec, api_base=api_base, api_key=api_key, **backend_options)
+        backend = resolve_backend(spec.model or spec.text, api_base=api_base, api_key=api_key, **backend_options)
     except UnknownModel as exc:  # 'humna', 'rule-partnr': an agent's name misspelt reads as an unknown model
-        names = ["human", RULE_PARTNER, RULE_PLAYER, ORACLE_PLAYER, *BASELINE_SPECS]
-        if not difflib.get_close_matches(spec.strip().lower(), names, n=1, cutoff=0.6):
+        names = agent_kind_names()
+        if not difflib.get_close_matches(spec.text.strip().lower(), names, n=1, cutoff=0.6):
             raise
-        hint = did_you_mean(spec, [*names, *EMBEDDED_MODELS])
-        raise UnknownModel(f"agent spec {spec!r}: not {', '.join(names)}, module:Class or a model spec{hint}") from exc
+        hint = did_you_mean(spec.text, [*names, *EMBEDDED_MODELS])
+        raise UnknownModel(
+            f"agent spec {spec.text!r}: not {', '.join(names)}, module:Class or a model spec{hint}"
+        ) from exc
     return LLMAgent(backend, settings=settings, constrained=constrained, prompt=prompt)

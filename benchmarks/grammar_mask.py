@@ -6,7 +6,10 @@
 Walks the tokens of typical actions (a 70-character spoken argument, a gesture, a long speech, a leave)
 through a fresh ``GrammarMatcher`` and times ``fill_next_token_bitmask`` before every token, as the local
 backend does once per row per step. Rows: the schema as shipped, and for comparison the earlier schema whose
-worded-argument pattern ended in a bounded repetition ``{0,599}``, and the same schema with no pattern.
+worded-argument pattern ended in a bounded repetition ``{0,599}``, and the same schema with no pattern; then a
+multi-party turn, a game's vote, and a ``tools`` reply (a TRL-trained policy's: one tool call of the seat's tools,
+``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` as the model's tool template writes it, the same
+moves as the first rows).
 The model's own decoding step on this CPU is about 60-90 ms (benchmarks/README §3).
 """
 
@@ -21,9 +24,10 @@ from typing import Any
 import _common
 from _common import machine_line, print_table
 
-from sotopia_env.actions import MAX_ARGUMENT_CHARS, WORDED_ARGUMENT, action_json_schema
+from sotopia_env.actions import MAX_ARGUMENT_CHARS, WORDED_ARGUMENT, AgentAction, action_json_schema
 from sotopia_env.backends.base import ChatRequest
 from sotopia_env.backends.local import LocalBackend
+from sotopia_env.tool_calls import tool_call_schema, tool_call_text, tool_schemas
 
 _ = _common
 ACTIONS = [
@@ -68,19 +72,27 @@ SCHEMAS = {
 
 
 def mask_costs(
-    backend: LocalBackend, schema: dict[str, Any], repeats: int = 1, actions: list[dict[str, Any]] = ACTIONS
+    backend: LocalBackend,
+    schema: dict[str, Any],
+    repeats: int = 1,
+    actions: list[dict[str, Any]] = ACTIONS,
+    tools: bool = False,
 ) -> list[float]:
     """Seconds per ``fill_next_token_bitmask`` call, over every step of every action, ``repeats`` times; the
     grammar is compiled as the backend compiles it (``tests/test_action_schema.py`` holds the shipped schema
     under 1 ms)."""
     import xgrammar as xgr
 
-    grammar = backend._constraint(ChatRequest(messages=[], json_schema=schema))
+    if tools:  # ``schema`` is a tool call's; the reply is the call as the template writes it
+        grammar = backend._constraint(ChatRequest(messages=[], tools=tool_schemas(), call_schema=schema))
+    else:
+        grammar = backend._constraint(ChatRequest(messages=[], json_schema=schema))
     bitmask = xgr.allocate_token_bitmask(1, backend._vocab_size)
     costs = []
     for _ in range(repeats):
         for action in actions:
-            ids = backend.tokenizer(json.dumps(action, ensure_ascii=False), add_special_tokens=False)["input_ids"]
+            text = tool_call_text(AgentAction(**action)) if tools else json.dumps(action, ensure_ascii=False)
+            ids = backend.tokenizer(text, add_special_tokens=False)["input_ids"]
             matcher = xgr.GrammarMatcher(grammar)
             for token in ids:
                 start = time.perf_counter()
@@ -98,14 +110,15 @@ def main() -> None:
     args = parser.parse_args()
     backend = LocalBackend.from_spec(args.model)
     rows = []
-    runs = [(label, schema, ACTIONS) for label, schema in SCHEMAS.items()] + [
-        ("multi-party: optional 'to' (3 recipients)", MULTI_PARTY, ADDRESSED),
-        ("game vote: argument one of 3 choices", VOTE, VOTES),
+    runs = [(label, schema, ACTIONS, False) for label, schema in SCHEMAS.items()] + [
+        ("multi-party: optional 'to' (3 recipients)", MULTI_PARTY, ADDRESSED, False),
+        ("game vote: argument one of 3 choices", VOTE, VOTES, False),
+        ("tools: one tool call of the seat's tools", tool_call_schema(), ACTIONS, True),
     ]
-    for label, schema, actions in runs:
+    for label, schema, actions, tools in runs:
         start = time.perf_counter()
         backend._grammars.clear()
-        costs = mask_costs(backend, schema, args.repeats, actions)
+        costs = mask_costs(backend, schema, args.repeats, actions, tools)
         ms = [c * 1000 for c in costs]
         rows.append(
             [

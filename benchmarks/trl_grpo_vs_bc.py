@@ -9,16 +9,18 @@ against its BC start.
    135M needs: it calls no tool).
 2. **GRPO**: TRL's ``GRPOTrainer`` continuing that adapter, ``environment_factory=tool_env_factory()``, the exact
    judge's goal score as the reward, ``--grpo-steps`` steps.
-3. **Evaluation**: each policy plays every ``verifiable:dev`` instance ``--k`` times (seeds 0..k-1, sampled at
-   temperature 1 with the seed fixed, the same for both) through ``SocialToolEnv``: the model's tool calls, parsed
-   as TRL parses them, are the moves; no tool call ends the episode as a rollout does.
+3. **Evaluation**: each policy, saved as a trained-model directory (``sotopia_model.json`` with ``prompt: tools``,
+   the tokenizer with its tool template), is benchmarked by ``benchmark`` like any other model (``run_benchmark``:
+   ``--k`` episodes per ``verifiable:dev`` scenario against the rule partner, the exact judge, stored in
+   ``KEEP/episodes.db`` under the tags ``trl-vs-bc-bc`` and ``trl-vs-bc-grpo``): ``LLMAgent`` prompts it as TRL's
+   environment did, and the local backend constrains each reply to one valid tool call of the seat's tools.
 
 Prints the mean goal and success rate of BC and of BC + GRPO, and the paired difference (GRPO - BC per instance,
 averaged over its seeds) with a 95% bootstrap interval over instances. No target on CPU.
 
 A stopped run resumes: the adapters saved in ``--keep`` (``bc/``, ``grpo/``) are loaded rather than trained again,
-whatever steps they were trained with (delete them to train again), and the evaluation episodes already played
-(``scores-*.jsonl``) are not played again.
+whatever steps they were trained with (delete them to train again), and the evaluation episodes already stored
+under the benchmark's tags are not played again.
 """
 
 from __future__ import annotations
@@ -102,67 +104,45 @@ def grpo_stage(path: str, model, tokenizer, rows, out: Path, steps: int, maker):
     return trainer.model
 
 
-def play_with_tools(
-    model, tokenizer, env, row, seed: int, max_calls: int = 8, max_new_tokens: int = 96
-) -> float | None:
-    """One evaluation episode: the model's tool calls are the seat's moves (TRL's parser), sampled with ``seed``."""
-    import torch
-    from trl.chat_template_utils import add_response_schema, parse_response
+def model_dir(directory: Path, path: str, tokenizer) -> str:
+    """``directory`` (a saved adapter) as a trained-model directory like any other: the tokenizer with the tool
+    template it was trained with, and ``sotopia_model.json`` naming the base, the adapter and ``prompt: tools``."""
+    from sotopia_env.model_ref import write_model_ref
+    from sotopia_env.tool_calls import TOOLS
 
-    from sotopia_env.training.trl_env import tool_schemas
-
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        add_response_schema(tokenizer)
-    tools = tool_schemas()
-    first = env.reset(**row.model_dump())
-    messages = [*env._turn.messages[:1], {"role": "user", "content": first}]
-    torch.manual_seed(seed)
-    for _ in range(max_calls):
-        if env.done:
-            break
-        prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)  # fmt: skip
-        with torch.no_grad():
-            out = model.generate(**prompt, do_sample=True, temperature=1.0, max_new_tokens=max_new_tokens)
-        ids = out[0, prompt["input_ids"].shape[1] :].tolist()
-        reply = parse_response(tokenizer, ids, prefix=prompt["input_ids"][0].tolist(), tools=tools)
-        calls = reply.get("tool_calls") or []
-        if not calls:
-            break
-        messages.append(reply)
-        for call in calls:
-            function = call["function"]
-            try:
-                answer = getattr(env, function["name"])(**function["arguments"])
-            except Exception as exc:  # a bad call is the tool's error, as in TRL
-                answer = str({"error": str(exc)})
-            messages.append({"role": "tool", "name": function["name"], "content": answer})
-    return env.get_reward()
+    tokenizer.save_pretrained(str(directory))
+    write_model_ref(directory, path, ".", TOOLS)
+    return str(directory)
 
 
-def evaluate(model, tokenizer, rows, k: int, maker, saved: Path):
-    """Goal per (scenario, seed); kept in ``saved`` (JSON lines) so that a stopped run resumes where it was."""
-    import json
+def evaluate(spec: str, name: str, rows, k: int, out: Path):
+    """Goal per (scenario, episode) of ``spec`` on ``rows``' scenarios, played by ``benchmark`` (``run_benchmark``,
+    as every model is: the local backend, ``LLMAgent`` under the directory's ``tools`` prompt, its tool calls
+    constrained to valid ones) against the rule partner, rated by the exact judge, stored in ``out/episodes.db``
+    under its own tag, so a stopped run plays only what is missing."""
+    import asyncio
 
-    from sotopia_env.training.trl_env import SocialToolEnv
+    from sotopia_env.episodes.benchmark import BenchmarkSpec, run_benchmark
+    from sotopia_env.episodes.store import open_store
 
-    wanted = {(row.scenario, seed) for row in rows for seed in range(k)}
-    scores = {}
-    if saved.exists():
-        for line in saved.read_text().splitlines():
-            entry = json.loads(line)
-            if (entry["scenario"], entry["seed"]) in wanted:  # a run with a smaller --k or --dev-limit
-                scores[(entry["scenario"], entry["seed"])] = entry["goal"]
-    model.eval()
-    env = SocialToolEnv(maker)
-    with saved.open("a") as log:
-        for row in rows:
-            for seed in range(k):
-                if (row.scenario, seed) not in scores:
-                    goal = scores[(row.scenario, seed)] = play_with_tools(model, tokenizer, env, row, seed)
-                    log.write(json.dumps({"scenario": row.scenario, "seed": seed, "goal": goal}) + "\n")
-                    log.flush()
-        print(f"evaluated {len(scores)} episodes into {saved}", flush=True)
+    scenarios = ",".join(dict.fromkeys(row.scenario for row in rows))
+    tag = f"trl-vs-bc-{name}"
+    benchmark = BenchmarkSpec(
+        model=spec, partner="rule-partner", evaluator="verifiable", scenarios=scenarios, episodes_per_scenario=k,
+        dimensions="goal", tag=tag, concurrency=4,
+    )  # fmt: skip
+    store = open_store(f"sqlite:///{out / 'episodes.db'}")
+    result = asyncio.run(run_benchmark(benchmark, store))
+    print(f"{name}: benchmark played {result.summary}", flush=True)
+    scores: dict[tuple[str, int], float | None] = {}
+    counts: dict[str, int] = {}
+    for log in sorted(store.query(tag=tag), key=lambda log: log.created_at):
+        scenario = log.setup.scenario.id
+        n = counts[scenario] = counts.get(scenario, 0) + 1
+        seats = [a.name for a in log.agents if a.model == spec]
+        ratings = log.rating.ratings if log.rating is not None and log.rating.rated else {}
+        goals = [ratings[seat].scores["goal"].score for seat in seats if seat in ratings]
+        scores[(scenario, n - 1)] = statistics.fmean(goals) if goals else None
     return scores
 
 
@@ -193,9 +173,10 @@ def main() -> None:
     dev = seat_rows("verifiable:dev", library=maker.library)[: args.dev_limit]
     started = time.perf_counter()
     bc = bc_stage(path, tokenizer, train, out, args.bc_steps, maker)
-    scores = {"BC": evaluate(bc, tokenizer, dev, args.k, maker, out / "scores-bc.jsonl")}
-    grpo = grpo_stage(path, copy.deepcopy(bc).train(), tokenizer, train, out, args.grpo_steps, maker)
-    scores["BC + GRPO (TRL)"] = evaluate(grpo, tokenizer, dev, args.k, maker, out / "scores-grpo.jsonl")
+    scores = {"BC": evaluate(model_dir(out / "bc", path, tokenizer), "bc", dev, args.k, out)}
+    grpo_stage(path, copy.deepcopy(bc).train(), tokenizer, train, out, args.grpo_steps, maker)
+    del bc
+    scores["BC + GRPO (TRL)"] = evaluate(model_dir(out / "grpo", path, tokenizer), "grpo", dev, args.k, out)
 
     table = []
     for name, by_start in scores.items():
@@ -204,8 +185,9 @@ def main() -> None:
         table.append([name, len(by_start), len(rated), round(statistics.fmean(rated), 2) if rated else "-",
                       f"{won}/{len(rated)}"])  # fmt: skip
     per_instance = []
-    for row in dev:
-        pairs = [(scores["BC + GRPO (TRL)"][(row.scenario, s)], scores["BC"][(row.scenario, s)]) for s in range(args.k)]
+    for scenario in dict.fromkeys(row.scenario for row in dev):
+        grpo_of, bc_of = scores["BC + GRPO (TRL)"], scores["BC"]
+        pairs = [(grpo_of.get((scenario, s)), bc_of.get((scenario, s))) for s in range(args.k)]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
         if pairs:
             per_instance.append(statistics.fmean(a - b for a, b in pairs))

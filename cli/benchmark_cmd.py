@@ -1,15 +1,16 @@
 """``sotopia-env benchmark``: a model against a partner on a scenario set, in both seats, rated and reported.
 
-The options parse into one ``episodes.benchmark.BenchmarkSpec`` (the body ``POST /api/benchmarks`` takes), which
-``run_benchmark`` plays: the store is checked before anything is played; every episode then goes through
-``run_batch`` -> ``episodes.runner.run_episode`` (play -> rate -> store, store faults retried, then spilled).
+The options are the fields of one ``episodes.benchmark.BenchmarkSpec`` (the body ``POST /api/benchmarks`` takes),
+with its defaults, limits and help (``options.spec_option``); they parse into one, the one planner
+(``episodes.plan.plan_episodes``) plans it, and ``run_benchmark`` plays it: the store is checked before anything is
+played; every episode then goes through ``run_batch`` -> ``episodes.runner.run_episode`` (play -> rate -> store,
+store faults retried, then spilled).
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,10 +18,6 @@ from sotopia_env.cli.common import check_output_file, console, fail, user_errors
 from sotopia_env.cli.options import (
     AgentsPath,
     ApiBase,
-    Concurrency,
-    Dimensions,
-    MaxCalls,
-    MaxTurns,
     RayAddress,
     RayGpus,
     RayPinEndpoints,
@@ -30,41 +27,30 @@ from sotopia_env.cli.options import (
     StoreRetry,
     library,
     model_servers,
+    parsed_spec,
     ray_config,
+    spec_option,
 )
+from sotopia_env.episodes.benchmark import BenchmarkSpec
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
-from sotopia_env.episodes.job_fields import DEFAULT_MODEL, EPISODES_PER_SCENARIO_HELP, MAX_EPISODES_PER_SCENARIO
-
-if TYPE_CHECKING:
-    from sotopia_env.episodes.benchmark import BenchmarkSpec
 
 
 def benchmark(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", help="The model under test (plays every seat in turn)."),
-    partner: str = typer.Option(
-        DEFAULT_MODEL,
-        "--partner",
-        help="The fixed partner(s): a model spec, 'rule-partner' (verifiable scenarios) or 'rule-player' (games).",
-    ),
-    evaluator: str = typer.Option(
-        DEFAULT_MODEL, "--evaluator", help="The judge's model spec, or 'verifiable' (exact, verifiable scenarios)."
-    ),
-    scenarios: str = typer.Option(
-        "test", "--scenarios", help="all, hard, test, dev, train, a tag, TAG:SPLIT (verifiable:test), or comma ids."
-    ),
-    episodes_per_scenario: int = typer.Option(
-        1, "--episodes-per-scenario", min=1, max=MAX_EPISODES_PER_SCENARIO, help=EPISODES_PER_SCENARIO_HELP
-    ),
-    concurrency: int = Concurrency,
-    max_turns: int = MaxTurns,
-    seed: int = typer.Option(0, "--seed"),
-    dimensions: str = Dimensions,
+    model: str = spec_option(BenchmarkSpec, "model", "--model"),
+    partner: str = spec_option(BenchmarkSpec, "partner", "--partner"),
+    evaluator: str = spec_option(BenchmarkSpec, "evaluator", "--evaluator"),
+    scenarios: str = spec_option(BenchmarkSpec, "scenarios", "--scenarios"),
+    episodes_per_scenario: int = spec_option(BenchmarkSpec, "episodes_per_scenario", "--episodes-per-scenario"),
+    concurrency: int = spec_option(BenchmarkSpec, "concurrency", "--concurrency"),
+    max_turns: int = spec_option(BenchmarkSpec, "max_turns", "--max-turns"),
+    seed: int = spec_option(BenchmarkSpec, "seed", "--seed"),
+    dimensions: str = spec_option(BenchmarkSpec, "dimensions", "--dimensions"),
     api_base: list[str] = ApiBase,
-    max_calls: int = MaxCalls,
+    max_calls: int = spec_option(BenchmarkSpec, "max_calls", "--max-calls"),
     store: str = Store,
     store_retry_seconds: float = StoreRetry,
-    tag: str = typer.Option(None, "--tag", help="Tag for the episodes (default: benchmark-MODEL-vs-PARTNER)."),
-    rerun_failed: bool = typer.Option(False, "--rerun-failed", help="Rerun failed or unrated episodes of the tag."),
+    tag: str = spec_option(BenchmarkSpec, "tag", "--tag"),
+    rerun_failed: bool = spec_option(BenchmarkSpec, "rerun_failed", "--rerun-failed"),
     scenarios_dir: list[Path] = ScenariosDir,
     json_out: Path = typer.Option(None, "--json", help="Also write the report as JSON."),
     png: Path = typer.Option(None, "--png", help="Also draw the report as a PNG chart."),
@@ -73,8 +59,9 @@ def benchmark(
     ray_workers: int = RayWorkers,
     ray_gpus_per_worker: float = RayGpus,
     ray_pin_endpoints: bool = RayPinEndpoints,
-    protocol: str = typer.Option(
-        None,
+    protocol: str = spec_option(
+        BenchmarkSpec,
+        "protocol",
         "--protocol",
         help="SOTOPIA's published protocol: sotopia-hard (its 14 hard scenarios) or sotopia-all (all 90), 5 "
         "character pairs each, MODEL in both seats, 20 turns, all seven dimensions; on SOTOPIA episodes imported "
@@ -90,14 +77,9 @@ def benchmark(
     from sotopia_env.cli.render import show_cards
     from sotopia_env.cli.run_cmd import SMALL_JUDGE_NOTE
     from sotopia_env.embedded_models import EMBEDDED_MODELS
-    from sotopia_env.episodes.benchmark import (
-        benchmark_agents,
-        benchmark_judge,
-        check_benchmark_services,
-        plan_benchmark,
-        run_benchmark,
-    )
+    from sotopia_env.episodes.benchmark import check_benchmark_services, run_benchmark
     from sotopia_env.episodes.game_report import print_role_table
+    from sotopia_env.episodes.plan import plan_episodes
     from sotopia_env.episodes.preflight import PreflightFailed
     from sotopia_env.episodes.report import plot_report, print_report
     from sotopia_env.episodes.runner import EpisodesFailed, check_batch
@@ -119,19 +101,19 @@ def benchmark(
         "rerun_failed": rerun_failed,
         "protocol": protocol,
     }
-    spec = parsed_spec(options)
+    spec = parsed_spec(BenchmarkSpec, options)
     if protocol is not None and scenarios_dir:
         raise fail(f"--protocol {protocol} fixes --scenarios-dir")
     check_output_file(json_out, "--json")
     check_output_file(png, "--png")
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError):  # LibraryError, NoEligibleCharacters, AgentSpecError, ProtocolNotImported
-        plan = plan_benchmark(spec, library(scenarios_dir), st)
+        plan = plan_episodes(spec, library(scenarios_dir), st, flags=True)
     if ray is None:  # every spec builds before anything plays: a typo is one line, not a batch of failures
         with user_errors(UserError, ValueError):  # (built once: backends are shared)
-            benchmark_judge(spec)
+            plan.judge()
             for agent in dict.fromkeys([model, partner]):
-                benchmark_agents(spec)(agent, 0)
+                plan.agents()(agent, 0)
     with user_errors(PreflightFailed):  # a wrong key or a dead server: one line, exit 1, nothing played or stored
         asyncio.run(check_benchmark_services(spec))
     tune_gc_for_batch()
@@ -160,17 +142,3 @@ def benchmark(
         plot_report(result.report, str(png))
     with user_errors(EpisodesFailed):  # an outage mid-run is never a score, nor exit 0
         check_batch(summary, st, spec.chosen_tag)
-
-
-def parsed_spec(options: dict[str, Any]) -> BenchmarkSpec:
-    """The options as a ``BenchmarkSpec``; a value it refuses is one line naming the option."""
-    from pydantic import ValidationError
-
-    from sotopia_env.episodes.benchmark import BenchmarkSpec
-
-    try:
-        return BenchmarkSpec.model_validate(options, context={"flags": True})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = f"--{str(first['loc'][0]).replace('_', '-')}: " if first["loc"] else ""
-        raise fail(f"{where}{first['msg'].removeprefix('Value error, ')}") from None

@@ -13,6 +13,7 @@ from sotopia_env.cli.common import check_output_file, console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, Dimensions, Store, StoreRetry, model_servers
 from sotopia_env.episodes.gc_tuning import tune_gc_for_batch
 from sotopia_env.limits import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from sotopia_env.specs import DEFAULT_MODEL
 
 episodes_app = typer.Typer(help="List, show, export, import and (re)rate stored episodes.", no_args_is_help=True)
 
@@ -188,7 +189,7 @@ def evaluate(
         "(missing, unrated, or rated under another prompt); --all rates everything again.",
     ),
     tag: str = typer.Option(None, help="Only this tag."),
-    evaluator: str = typer.Option(None, "--evaluator", help="Model spec of the judge.", show_default="smollm2-135m"),
+    evaluator: str = typer.Option(None, "--evaluator", help="Model spec of the judge.", show_default=DEFAULT_MODEL),
     judge: list[str] = typer.Option(
         None,
         "--judge",
@@ -227,7 +228,7 @@ def evaluate(
         raise fail("--swap-seats and --json go with --judge")
     st = open_store_or_fail(store, writable=True)
     with user_errors(ValueError, OSError):
-        judge_ = make_evaluator(evaluator or "smollm2-135m", dimensions, model_servers(api_base))
+        judge_ = make_evaluator(evaluator or DEFAULT_MODEL, dimensions, model_servers(api_base))
     if judge_ is None:
         raise fail("--evaluator none cannot rate episodes")
     with user_errors(PreflightFailed):  # a wrong key or a dead server: one line, exit 1, nothing changed

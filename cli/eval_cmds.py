@@ -10,6 +10,7 @@ import typer
 
 from sotopia_env.cli.common import check_output_file, console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, model_servers
+from sotopia_env.specs import DEFAULT_MODEL
 
 eval_app = typer.Typer(help="Evaluate models on social-reasoning tasks.", no_args_is_help=True)
 
@@ -19,7 +20,7 @@ THINK_ANSWER_REGEX = r"<think>[^<]{1,600}</think><answer>\([ABC]\) [^<()\n]{0,12
 
 @eval_app.command("socialiqa")
 def socialiqa(
-    model: str = typer.Option("smollm2-135m", "--model", help="Model spec (local alias/path or litellm string)."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", help="Model spec (local alias/path or litellm string)."),
     data: Path = typer.Option(..., "--data", help="Social IQa JSONL (context, question, answerA..C, label)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N items."),
     constrained: bool = typer.Option(False, "--constrained", help="Force the <think>/<answer> format (local only)."),

@@ -13,14 +13,13 @@ import typer
 from sotopia_env.cli.common import console, fail, user_errors
 from sotopia_env.cli.options import ApiBase, ScenariosDir, model_servers
 from sotopia_env.limits import DEFAULT_CONCURRENCY
+from sotopia_env.specs import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from sotopia_env.backends.base import Backend
     from sotopia_env.backends.endpoints import ModelServers
     from sotopia_env.generation.core import GenerationStats, OnOutcome, OnStart, Outcome, RunSettings
     from sotopia_env.library import Library
-
-DEFAULT_MODEL = "smollm2-135m"
 
 Model = typer.Option(DEFAULT_MODEL, "--model", help="Model spec: an alias, a hub id, or a litellm model string.")
 Count = typer.Option(10, "--n", min=0, max=100_000, help="How many items to generate (scenarios: fresh seeds to use).")

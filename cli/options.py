@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 
 from sotopia_env.episodes.job_fields import (
     DEFAULT_CONCURRENCY,
@@ -21,6 +22,68 @@ from sotopia_env.episodes.job_fields import (
 if TYPE_CHECKING:
     from sotopia_env.backends.endpoints import ModelServers
     from sotopia_env.episodes.ray_batch import RayConfig
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _field_facts(model: type[BaseModel], name: str) -> tuple[dict[str, Any], str | None]:
+    """The ``min``/``max`` (as typer takes them) and the description a spec's field declares, also where they sit
+    inside its type (``Annotated[int, Field(...)] | None``)."""
+    import typing
+
+    field = model.model_fields[name]
+    metadata, description = list(field.metadata), field.description
+    pending = [field.annotation]
+    while pending:
+        annotation = pending.pop()
+        for meta in getattr(annotation, "__metadata__", ()):
+            metadata += [meta, *getattr(meta, "metadata", [])]
+            description = description or getattr(meta, "description", None)
+        pending += [a for a in typing.get_args(annotation) if a is not type(None)]
+    limits: dict[str, Any] = {}
+    for meta in metadata:
+        if getattr(meta, "ge", None) is not None:
+            limits["min"] = meta.ge
+        if getattr(meta, "le", None) is not None:
+            limits["max"] = meta.le
+    return limits, description
+
+
+def field_limits(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """The ``min``/``max`` a spec's field declares (its ``ge``/``le``), as typer takes them."""
+    return _field_facts(model, name)[0]
+
+
+def spec_option(model: type[BaseModel], name: str, *flags: str, help: str | None = None, **extra: Any) -> Any:
+    """A typer option for the field ``name`` of the spec ``model``: its default, its limits and its description
+    (``help`` overrides it), so that a command's options and the HTTP body of the same spec take the same values.
+    ``flags``: the option's names (default ``--field-name``)."""
+    field = model.model_fields[name]
+    limits, description = _field_facts(model, name)
+    default = None if field.is_required() else field.get_default(call_default_factory=True)
+    return typer.Option(
+        default,
+        *(flags or (f"--{name.replace('_', '-')}",)),
+        help=help if help is not None else description,
+        **limits,
+        **extra,
+    )
+
+
+def parsed_spec(model: type[M], options: dict[str, Any]) -> M:
+    """The options as a ``model`` spec (validated with ``context={"flags": True}``, so that its messages name
+    options); a value it refuses is a usage error, one line naming the option."""
+    from pydantic import ValidationError
+
+    from sotopia_env.cli.common import fail
+
+    try:
+        return model.model_validate(options, context={"flags": True})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = f"--{str(first['loc'][0]).replace('_', '-')}: " if first["loc"] else ""
+        raise fail(f"{where}{first['msg'].removeprefix('Value error, ')}") from None
+
 
 ScenariosDir = typer.Option(None, "--scenarios-dir", help="Extra scenario/character YAML files or directories.")
 Store = typer.Option(

@@ -1,9 +1,10 @@
 """A benchmark: MODEL against PARTNER on a scenario set, MODEL in each seat in turn, rated, stored and reported.
 
 ``BenchmarkSpec`` is the one description of a benchmark: the body of ``POST /api/benchmarks`` and what the CLI's
-``benchmark`` options parse into, validated where it enters and passed on unchanged. ``plan_benchmark`` turns it
-into jobs: the scenarios ``scenarios`` selects (``jobs.benchmark_jobs``), or with ``protocol`` the character
-pairings of SOTOPIA's episodes in the store (``sotopia_protocol``). ``run_benchmark`` plays them through
+``benchmark`` options parse into, validated where it enters and passed on unchanged. The one planner
+(``plan.plan_episodes``, here ``plan_benchmark``) turns it into jobs: the scenarios ``scenarios`` selects
+(``jobs.benchmark_jobs``), or with ``protocol`` the character pairings of SOTOPIA's episodes in the store
+(``sotopia_protocol``). ``run_benchmark`` plays them through
 ``run_batch`` (or Ray actors) under the spec's tag, so a benchmark is resumable by nature: it plays only the
 combinations not stored yet. It returns the counts and the report, with each game role's win rate where there
 are games.
@@ -37,24 +38,27 @@ from sotopia_env.episodes.job_fields import (
     Tag,
     WholeNumber,
 )
+from sotopia_env.episodes.plan import (
+    SPEC_CHARS,
+    EpisodePlan,
+    agents_of,
+    judge_of,
+    option_name,
+    plan_episodes,
+    service_parties,
+)
 
 if TYPE_CHECKING:
     from sotopia_env.episodes.game_report import RoleRow
     from sotopia_env.episodes.log import EpisodeLog
     from sotopia_env.episodes.ray_batch import RayConfig
     from sotopia_env.episodes.report import Report
-    from sotopia_env.episodes.runner import AgentFactory, BatchSummary, Job
+    from sotopia_env.episodes.runner import AgentFactory, BatchSummary
     from sotopia_env.episodes.store import EpisodeStore
     from sotopia_env.evaluators import Evaluator
     from sotopia_env.library import Library
-    from sotopia_env.profiles import Scenario
 
-SPEC_CHARS = 500  # a model, partner or evaluator spec
-
-
-def option_name(name: str, info: ValidationInfo | None) -> str:
-    """A field as the user named it: ``max_turns`` in a body, ``--max-turns`` on the command line."""
-    return f"--{name.replace('_', '-')}" if info is not None and (info.context or {}).get("flags") else name
+BenchmarkPlan = EpisodePlan  # a benchmark's plan (``plan.plan_episodes``): its scenarios and jobs
 
 
 class BenchmarkSpec(BaseModel):
@@ -62,12 +66,18 @@ class BenchmarkSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str = Field(DEFAULT_MODEL, min_length=1, max_length=SPEC_CHARS, description="The model under test.")
+    model: str = Field(
+        DEFAULT_MODEL,
+        min_length=1,
+        max_length=SPEC_CHARS,
+        description="The model under test (plays every seat in turn).",
+    )
     partner: str = Field(
         DEFAULT_MODEL,
         min_length=1,
         max_length=SPEC_CHARS,
-        description="The fixed partner(s): a model spec, 'rule-partner' (verifiable scenarios) or 'rule-player'.",
+        description="The fixed partner(s): a model spec, 'rule-partner' (verifiable scenarios) or 'rule-player' "
+        "(games).",
     )
     evaluator: str = Field(
         DEFAULT_MODEL,
@@ -142,14 +152,14 @@ class BenchmarkSpec(BaseModel):
         protocol = f"{self.protocol}-" if self.protocol else ""
         return self.tag or f"benchmark-{protocol}{self.model}-vs-{self.partner}"
 
+    def agent_options(self) -> dict[str, Any]:
+        """What its agents are built with (``agents.loading.load_agent``): sampling seeded by the spec, and with
+        ``protocol`` that protocol's prompt (else each model's own)."""
+        from sotopia_env.backends.base import GenerationSettings
+        from sotopia_env.episodes.sotopia_protocol import get_protocol
 
-@dataclass
-class BenchmarkPlan:
-    """A spec against a library and a store: the scenarios it plays and its jobs."""
-
-    spec: BenchmarkSpec
-    scenarios: list[Scenario]
-    jobs: list[Job]
+        prompt = get_protocol(self.protocol).prompt if self.protocol is not None else None
+        return {"settings": GenerationSettings(seed=self.seed), "api_base": self.api_base, "prompt": prompt}
 
 
 @dataclass
@@ -167,49 +177,30 @@ class BenchmarkResult:
 
 
 def plan_benchmark(spec: BenchmarkSpec, library: Library, store: EpisodeStore) -> BenchmarkPlan:
-    """The jobs ``spec`` asks for; ``ValueError`` with one line when there is nothing to play (an unknown scenario,
-    a rule agent where it cannot play, a protocol whose SOTOPIA episodes were not imported)."""
-    from sotopia_env.agents.rule_specs import check_rule_specs
-    from sotopia_env.episodes.jobs import benchmark_jobs, setup_versus_jobs
-    from sotopia_env.episodes.sotopia_protocol import get_protocol, protocol_setups
-
-    if spec.protocol is None:
-        chosen, jobs = benchmark_jobs(
-            library, spec.scenarios, spec.model, spec.partner, spec.evaluator, spec.episodes_per_scenario, spec.seed
-        )
-        return BenchmarkPlan(spec, chosen, jobs)
-    setups = protocol_setups(store, get_protocol(spec.protocol))
-    chosen = list({s.scenario.id: s.scenario for s in setups}.values())
-    check_rule_specs(chosen, [spec.model, spec.partner], spec.evaluator)
-    return BenchmarkPlan(spec, chosen, setup_versus_jobs(setups, spec.model, spec.partner))
+    """The jobs ``spec`` asks for (``plan.plan_episodes``); ``ValueError`` with one line when there is nothing to
+    play (an unknown scenario, a rule agent where it cannot play, a protocol whose SOTOPIA episodes were not
+    imported)."""
+    return plan_episodes(spec, library, store)
 
 
 def benchmark_agents(spec: BenchmarkSpec) -> AgentFactory:
     """The agents of a benchmark's episodes (built where they play: a Ray actor calls this itself)."""
-    from sotopia_env.backends.base import GenerationSettings
-    from sotopia_env.episodes.runner import default_agent_factory
-    from sotopia_env.episodes.sotopia_protocol import get_protocol
-
-    prompt = get_protocol(spec.protocol).prompt if spec.protocol is not None else None  # None: each model's own
-    return default_agent_factory(settings=GenerationSettings(seed=spec.seed), api_base=spec.api_base, prompt=prompt)
+    return agents_of(spec)
 
 
 def benchmark_judge(spec: BenchmarkSpec) -> Evaluator | None:
-    from sotopia_env.evaluators import make_evaluator
-
-    return make_evaluator(spec.evaluator, spec.dimensions, spec.api_base)
+    return judge_of(spec)
 
 
 async def check_benchmark_services(spec: BenchmarkSpec) -> None:
     """A benchmark's preflight (``episodes.preflight``): the model services of its seats and its judge answer,
     else ``PreflightFailed`` (one line naming the model, the endpoint and the fix). Local models are not built
     here (they load where they play)."""
-    from sotopia_env.backends.resolve import is_local_spec
     from sotopia_env.episodes.preflight import acheck_services
 
-    remote = [s for s in dict.fromkeys([spec.model, spec.partner, spec.evaluator]) if not is_local_spec(s)]
     agents = benchmark_agents(spec)
-    parties = [benchmark_judge(spec) if s == spec.evaluator else agents(s, 0) for s in remote]
+    judge = partial(benchmark_judge, spec)
+    parties = service_parties([spec.model, spec.partner], spec.evaluator, lambda s: agents(s, 0), judge)
     await acheck_services(parties)
 
 

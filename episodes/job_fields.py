@@ -13,8 +13,8 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from sotopia_env.limits import DEFAULT_CONCURRENCY, DEFAULT_MAX_TURNS, MAX_CONCURRENCY, MAX_TURNS_LIMIT
+from sotopia_env.specs import DEFAULT_MODEL  # the embedded model: no key, no server (declared once, there)
 
-DEFAULT_MODEL = "smollm2-135m"  # the embedded model: no key, no server
 MAX_SEED = 2**31 - 1
 DEFAULT_RETRY_SECONDS = 60.0  # a failed store write is retried this long, then spilled (episodes.store_writer)
 MAX_EPISODES_PER_SCENARIO = 10_000  # a benchmark's character pairings per scenario

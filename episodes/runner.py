@@ -5,10 +5,11 @@ Every command and stage goes through ``run_episode``: ``sotopia-env run`` (one e
 evaluation; with ``--ray``, inside each Ray actor of ``episodes.ray_batch``), and ``episodes evaluate``
 (``episodes.rate``, which hands it episodes played before, so only the rate -> store tail runs). The steps:
 
-1. play: ``play`` drives a ``SocialEnv`` with the agents; an agent that cannot be built, a model service
-   that failed under a seat (``ServiceFailure``: a key refused, a server down, 5xx after retries), or any
-   other exception, makes a ``failed`` log instead (a batch never dies of one episode). A model that answered
-   without a valid action is the agent's error, in the transcript, and the episode goes on to be rated.
+1. play: ``play`` drives a ``SocialEnv`` with the agents (the one loop: ``sotopia_env.seat_driver.drive``); an
+   agent that cannot be built, a model service that failed under a seat (``ServiceFailure``: a key refused, a
+   server down, 5xx after retries), or any other exception, makes a ``failed`` log instead (a batch never dies
+   of one episode). A model that answered without a valid action is the agent's error, in the transcript, and
+   the episode goes on to be rated.
 2. rate: ``rate`` calls ``sotopia_env.evaluators.aevaluate_safely``, the same call the env's own
    terminal reward makes; a rating that fails leaves the episode ``unrated`` with the error, and a judge whose
    service failed leaves it ``failed`` (never rated; ``--rerun-failed`` plays it again).
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sotopia_env.actions import ActionType, AgentAction
+from sotopia_env.actions import AgentAction
 from sotopia_env.agents.base import Agent, Usage, reset_agent
 from sotopia_env.agents.loading import load_agent
 from sotopia_env.backends.base import ServiceFailure
@@ -44,11 +45,11 @@ from sotopia_env.errors import UserError
 from sotopia_env.evaluators import EpisodeContext, Evaluator, aevaluate_safely
 from sotopia_env.limits import DEFAULT_CONCURRENCY
 from sotopia_env.observation import Observation
+from sotopia_env.seat_driver import Step, drive
 from sotopia_env.transcript import Turn
 
 AgentFactory = Callable[[str, int], Agent]
 TurnCallback = Callable[[Turn], None]
-_NONE = AgentAction(action_type=ActionType.none)
 
 
 @dataclass
@@ -184,19 +185,16 @@ async def play(
         reset_agent(agent, setup, seat, seed)
     by_name = dict(zip(setup.agent_names, agents, strict=True))
     obs, infos = env.reset(seed=seed)
-    by_seat = dict(zip(env.agents, agents, strict=True))  # the env's ids are seats: agent_0, agent_1, ...
-    while env.agents:
-        acting = [seat for seat in env.agents if infos[seat]["acting"]]
-        if len(acting) == 1:  # round-robin: one agent, awaited directly (a task per turn is CPU at scale)
-            chosen = [await _act(by_seat[acting[0]], Observation.from_env(obs[acting[0]]))]
-        else:
-            chosen = await asyncio.gather(*(_act(by_seat[s], Observation.from_env(obs[s])) for s in acting))
-        actions: dict[str, Any] = dict.fromkeys(env.agents, _NONE) | dict(zip(acting, chosen, strict=True))
-        before = len(env.turns)
-        obs, _, _, _, infos = env.step(actions)
-        if on_turn is not None:
-            for turn in env.turns[before:]:
-                on_turn(turn)
+    reported = len(env.turns)  # turns handed to on_turn (none of those made at reset, as before)
+
+    def report(_: Step) -> None:
+        nonlocal reported
+        assert on_turn is not None
+        for turn in env.turns[reported:]:
+            on_turn(turn)
+        reported = len(env.turns)
+
+    await drive(env, agents, obs, infos, _act, report if on_turn is not None else None)  # the one loop
     specs = list(specs) if specs is not None else [getattr(a, "model", type(a).__name__) for a in agents]
     log = EpisodeLog(
         tag=tag,

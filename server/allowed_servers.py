@@ -92,21 +92,30 @@ def covered_by(url: str, prefix: str) -> bool:
 
 def provider_of(spec: str) -> str | None:
     """The litellm provider a model spec names (``ollama/llama3``: ``ollama``); None when it names none."""
-    prefix, slash, _ = spec.removeprefix("litellm:").partition("/")
-    return prefix.strip().lower() if slash else None
+    from sotopia_env.specs import ModelSpec, SpecError
+
+    try:
+        provider = ModelSpec.parse(spec).provider
+    except SpecError:
+        return None
+    return provider.strip().lower() if provider else None
 
 
 def reaches_a_model_server(spec: str) -> bool:
     """Whether an agent or judge built from ``spec`` calls a model server: not a rule agent, a human seat, a
     registered judge, ``none``, code (``module:Class``, checked on its own) or a model run here."""
-    from sotopia_env.agents.loading import NO_MODEL_SPECS, is_custom_spec
-    from sotopia_env.backends.resolve import is_local_spec
+    from sotopia_env.agents.specs import NO_MODEL_SPECS, AgentSpec
     from sotopia_env.evaluators import evaluator_names
+    from sotopia_env.specs import EvaluatorSpec, SpecError
 
-    spec = spec.strip()
-    if spec.lower() in {"none", *NO_MODEL_SPECS, *evaluator_names()}:
+    try:
+        judge = EvaluatorSpec.parse(spec)
+        agent = AgentSpec.parse(spec.strip())
+    except SpecError:
+        return False  # no spec at all: it is refused where it is read, in one line
+    if judge.is_none or judge.key in NO_MODEL_SPECS or judge.key in evaluator_names():
         return False
-    return not (is_custom_spec(spec) or is_local_spec(spec))
+    return agent.calls_model and agent.model is not None and not agent.model.is_local
 
 
 class NotListed(ValueError):
@@ -181,7 +190,9 @@ def _guessed_provider(spec: str, allowed: frozenset[str]) -> str | None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as the litellm backend: no fetch at import
     from litellm import get_llm_provider
 
-    try:
-        return str(get_llm_provider(model=spec.removeprefix("litellm:").strip())[1]).lower()
+    from sotopia_env.specs import ModelSpec
+
+    try:  # a spec that is none is no provider's either (SpecError)
+        return str(get_llm_provider(model=ModelSpec.parse(spec).name.strip())[1]).lower()
     except Exception:  # litellm names no provider for it: it would not be called, and it is not allowed either
         return None

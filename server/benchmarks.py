@@ -1,8 +1,8 @@
 """``/api/benchmarks``: what the CLI's ``benchmark`` runs, started over HTTP, with progress, and cancelled.
 
 The body is the CLI's own ``episodes.benchmark.BenchmarkSpec`` (``requests.BenchmarkRequest``: held to JSON's
-types), planned by the same ``plan_benchmark`` and played
-through the same ``run_batch`` with the same agents and judge (``benchmark_agents``, ``benchmark_judge``), so it
+types), planned by the same planner (``episodes.plan.plan_episodes``) and played
+through the same ``run_batch`` with the same agents and judge (the plan's ``agents`` and ``judge``), so it
 is resumable by nature: an accepted one is recorded in the store's ``benchmarks`` queue and, after a restart, run
 again, which plays only the combinations not stored yet. What the server adds is its policy: specs that load code
 only with ``--allow-code-agents`` (a queued one keeps the permissions it was accepted under, and is checked against
@@ -26,14 +26,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from sotopia_env.episodes.benchmark import (
-    BenchmarkPlan,
-    BenchmarkResult,
-    BenchmarkSpec,
-    benchmark_agents,
-    benchmark_judge,
-    plan_benchmark,
-)
+from sotopia_env.episodes.benchmark import BenchmarkPlan, BenchmarkResult, BenchmarkSpec
+from sotopia_env.episodes.plan import plan_episodes
 from sotopia_env.library import LibraryError
 from sotopia_env.server.allowed_servers import NotListed
 from sotopia_env.server.clients import admitted
@@ -90,7 +84,7 @@ def planned(spec: BenchmarkSpec, sims: Simulations, allow_code_agents: bool, why
     specs = {"model": [spec.model], "partner": [spec.partner], "evaluator": [spec.evaluator]}
     check_servers(specs, sims.servers, api_base)
     try:
-        return plan_benchmark(spec.model_copy(update={"api_base": api_base}), sims.library, sims.store)
+        return plan_episodes(spec.model_copy(update={"api_base": api_base}), sims.library, sims.store)
     except LibraryError as exc:  # a scenario the library lacks
         raise NotFound(f"scenarios: {exc}") from None
     except ValueError as exc:  # nothing to play: a rule agent where it cannot play, a protocol not imported, ...
@@ -99,7 +93,6 @@ def planned(spec: BenchmarkSpec, sims: Simulations, allow_code_agents: bool, why
 
 async def _run(bench: Benchmark, app: FastAPI) -> None:
     """Play what ``run_benchmark`` plays (the same batch, agents, judge and report), its model calls capped."""
-    from sotopia_env.env import EnvConfig
     from sotopia_env.episodes.game_report import role_win_rates
     from sotopia_env.episodes.report import build_report
     from sotopia_env.episodes.runner import run_batch
@@ -116,10 +109,10 @@ async def _run(bench: Benchmark, app: FastAPI) -> None:
             bench.plan.jobs,
             store,
             tag,
-            calls.judge(spec.evaluator, benchmark_judge(spec)),
-            calls.agents(benchmark_agents(spec)),
+            calls.judge(spec.evaluator, bench.plan.judge()),
+            calls.agents(bench.plan.agents()),
             spec.concurrency,
-            EnvConfig(max_turns=spec.max_turns),
+            bench.plan.config(),
             spec.rerun_failed,
             progress=False,
             max_calls=spec.max_calls,
@@ -155,8 +148,7 @@ async def start(request: Request, body: BenchmarkRequest) -> JSONResponse:
     try:
         body = sims.caps.applied(body)
         plan = await asyncio.to_thread(planned, body, sims, sims.allow_code_agents)  # a protocol reads the store
-        spec = plan.spec
-        await check_model_services([spec.model, spec.partner], spec.evaluator, spec.dimensions, spec.api_base)
+        await check_model_services(plan)
     except RequestRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     except ValueError as exc:  # over a cap

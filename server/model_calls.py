@@ -21,16 +21,9 @@ from typing import Any
 
 from sotopia_env.agents.base import Agent
 from sotopia_env.agents.loading import NO_MODEL_SPECS
+from sotopia_env.episodes.plan import calls_a_model as calls_a_model  # one rule for the cap and the preflight
 
 NO_MODEL_AGENTS = NO_MODEL_SPECS
-
-
-def calls_a_model(spec: str) -> bool:
-    """Whether an agent or a judge of ``spec`` may call a model (a rule agent, a human seat, a registered judge
-    and ``none`` do not)."""
-    from sotopia_env.evaluators import evaluator_names
-
-    return spec.strip().lower() not in {*NO_MODEL_AGENTS, "none", *evaluator_names()}
 
 
 class ModelCalls:

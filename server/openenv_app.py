@@ -12,13 +12,14 @@ types and the client live in ``training.openenv_client`` (with the TRL factory f
   ``--scenarios`` selector; without one, the ``seed``-th of them), the seat one its rows allow (seat 0 on
   verifiable scenarios). Partners and the judge are the server's, never the client's: a client cannot make the
   server load a model or code.
-- **Observation** (``SeatObservation``): ``messages``, the prompt an ``LLMAgent`` in the seat would get now
-  (``render_prompt``); ``text``, what is new to the seat since its last move and whose move it is; the seat's
-  ``available_actions``, ``recipients`` (whom it may address), a game's ``phase`` and ``choices``; ``error`` when
-  the last action was refused (the seat moves again); at the end ``done``, ``reward`` (the judge's goal score for
-  the seat, None when unrated: never 0), ``rated`` and ``termination_reason``.
-  ``background`` and ``history`` carry the same as data (``as_observation`` rebuilds the ``Observation`` our agents
-  act on, so any agent of ours can play a client's seat).
+- **Observation** (``SeatObservation.of(turn)``: a rendering of the seat's ``Observation``): the view's own fields
+  (``ObservationData``: ``agent``, ``turn``, ``background``, ``history``, the seat's ``available_actions``,
+  ``recipients`` (whom it may address), a game's ``phase`` and ``choices``, ``topic``), and its renderings:
+  ``messages``, the prompt an ``LLMAgent`` in the seat would get now (``render_prompt``); ``text``, what is new to
+  the seat since its last move and whose move it is; ``error`` when the last action was refused (the seat moves
+  again); at the end ``done``, ``reward`` (the judge's goal score for the seat, None when unrated: never 0),
+  ``rated`` and ``termination_reason``. ``SeatObservation.observation()`` (``as_observation``) gives back the
+  ``Observation`` our agents act on, so any agent of ours can play a client's seat.
 - **Action** (``SeatAction``): ``action_type``, ``argument`` and optional ``to``, or ``text``, a model's raw reply
   (parsed as an ``LLMAgent`` parses it); or ``finish``, which ends the episode there (the seat's pending move
   fails, as when a policy stops early). A malformed one comes back as ``error`` in the observation.
@@ -44,7 +45,6 @@ from starlette.routing import Route
 
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.limits import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TURNS
-from sotopia_env.observation import Observation as SeatView
 from sotopia_env.server.security import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, BodyLimit, HostCheck
 from sotopia_env.training.openenv_client import (  # the wire types live with the client; re-exported here
     SeatAction,
@@ -54,7 +54,7 @@ from sotopia_env.training.openenv_client import (  # the wire types live with th
     as_observation,
 )
 from sotopia_env.training.seat_rows import SeatRow, SeatRowError, SessionMaker, seat_rows
-from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
+from sotopia_env.training.seat_session import BackgroundLoop, SeatSession
 
 __all__ = [
     "SeatAction", "SeatClient", "SeatObservation", "SeatState", "SocialOpenEnv", "as_observation", "create_openenv_app",
@@ -71,21 +71,6 @@ STATELESS = (
     "{route} over HTTP has no episode: OpenEnv's HTTP routes make a fresh environment per request, so an episode "
     "lives on the WebSocket /ws (OpenEnv's EnvClient: SeatClient, or training.openenv_client's TRL factory)"
 )
-
-
-def _observation(turn: SeatTurn) -> SeatObservation:
-    shared = turn.observation.model_dump(include=set(SeatView.model_fields) - {"text", "available_actions"})
-    return SeatObservation(
-        **shared,
-        messages=turn.messages,
-        text=turn.update,
-        available_actions=[] if turn.done else turn.observation.available_actions,
-        error=turn.error,
-        done=turn.done,
-        reward=turn.reward,
-        rated=(turn.reward is not None) if turn.done else None,
-        termination_reason=turn.termination_reason,
-    )
 
 
 class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
@@ -133,7 +118,7 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
             episode_id=episode_id, **row.model_dump(include={"scenario", "seat", "seed", "partners", "evaluator"}),
             max_turns=row.max_turns, dense_reward=row.dense_reward,
         )  # fmt: skip
-        return _observation(await self.session.start())
+        return SeatObservation.of(await self.session.start())
 
     async def step_async(self, action: SeatAction, timeout_s: float | None = None, **kwargs: Any) -> SeatObservation:
         if self.session is None:
@@ -154,7 +139,7 @@ class SocialOpenEnv(Environment[SeatAction, SeatObservation, SeatState]):
             log = self.session.log
             self._state.reward = turn.reward
             self._state.transcript = [t.model_dump(mode="json") for t in log.turns] if log is not None else []
-        return _observation(turn)
+        return SeatObservation.of(turn)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> SeatObservation:
         """In-process use without a server: runs on the shared background loop."""

@@ -1,10 +1,11 @@
 """What a client may ask the server to run, checked before a ``202`` promises it.
 
-``SimulationRequest`` is the body of ``POST /api/simulations``; its schema carries every rule a schema can say
-(patterns, lengths, the dimension names), so that what the OpenAPI document allows is what the server takes.
-``plan`` turns it into the episode the CLI's ``run`` would play (``seat_specs``, the scenario sampled by the seed,
-a game judged by its rules unless another judge is named) and refuses, with one line naming the field, what the
-server will not do, each with its status (``RequestRefused.status``):
+``SimulationRequest`` is the body of ``POST /api/simulations``: the CLI's own ``episodes.plan.RunSpec``, held to
+JSON's types; its schema carries every rule a schema can say (patterns, lengths, the dimension names), so that what
+the OpenAPI document allows is what the server takes. ``plan`` applies the server's policy, then turns it into the
+episode the CLI's ``run`` would play with the one planner (``episodes.plan.plan_episodes``: the agents over the
+seats, the scenario sampled by the seed, a game judged by its rules unless another judge is named), and refuses,
+with one line naming the field, what the server will not do, each with its status (``RequestRefused.status``):
 
 - 403 (``NotAllowed``): what the operator did not allow: code agents (``module:Class``) without
   ``--allow-code-agents``, a model server (``api_base``, or a provider's default endpoint) it did not list;
@@ -15,29 +16,23 @@ server will not do, each with its status (``RequestRefused.status``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from sotopia_env.agents.loading import AgentSpecError, is_custom_spec
-from sotopia_env.agents.rule_specs import check_rule_specs
 from sotopia_env.backends.endpoints import ModelServers
-from sotopia_env.episode_setup import EpisodeSetup
 from sotopia_env.episodes.benchmark import BenchmarkSpec
-from sotopia_env.episodes.job_fields import DEFAULT_MAX_TURNS, DEFAULT_MODEL, MaxTurns, Seed, Tag
-from sotopia_env.evaluators import VERIFIABLE
+from sotopia_env.episodes.job_fields import Tag
+from sotopia_env.episodes.plan import EpisodePlan, RunSpec, SeatsMismatch, plan_episodes
 from sotopia_env.evaluators.dimensions import SOTOPIA_DIMENSIONS
 from sotopia_env.library import Library, LibraryError
-from sotopia_env.sampler import NoEligibleCharacters, sample_setup
+from sotopia_env.sampler import NoEligibleCharacters
 from sotopia_env.server.allowed_servers import AllowedModelServers, NotListed
 
-HUMAN = "human"
-SPEC_CHARS = 500
 _NAMES = "|".join(d.name for d in SOTOPIA_DIMENSIONS)
 DIMENSIONS_PATTERN = rf"^(sotopia|({_NAMES})(,({_NAMES}))*)$"  # 'goal' is one of the names
 SCENARIO_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"  # as ``profiles.Scenario.id``
-Spec = Annotated[str, Field(min_length=1, max_length=SPEC_CHARS, pattern=r"\S")]
 
 
 MAX_NESTING = 100  # levels of lists and objects a body may have: none of ours needs more than a few
@@ -58,28 +53,24 @@ def whole_numbers(value: Any, depth: int = 0) -> Any:
     return value
 
 
-class SimulationRequest(BaseModel):
-    """One episode to simulate. ``agents``: one spec for every seat, or one per seat (``human``: a person plays
-    that seat on its play page). ``api_base``: this simulation's model server (else the server's default); only
-    servers the operator listed are accepted (``allowed_servers``)."""
+class SimulationRequest(RunSpec):
+    """One episode to simulate: the CLI's ``run`` spec (``episodes.plan.RunSpec``), held to JSON's types.
+    ``agents``: one spec for every seat, or one per seat (``human``: a person plays that seat on its play page).
+    ``api_base``: this simulation's model server (else the server's default); only servers the operator listed are
+    accepted (``allowed_servers``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # JSON's types, as the schema says: no "5" for 5
 
     scenario: str | None = Field(
         None, max_length=200, pattern=SCENARIO_ID_PATTERN, description="Scenario id; default: sampled with the seed."
     )
-    agents: list[Spec] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1, max_length=8)
-    evaluator: Spec = Field(DEFAULT_MODEL, description="An evaluator spec; a game defaults to its exact outcome.")
     dimensions: str = Field(
         "sotopia",
         max_length=2000,
         pattern=DIMENSIONS_PATTERN,
         description="'sotopia', or a comma list of dimension names ('goal': the goal alone).",
     )
-    max_turns: MaxTurns = DEFAULT_MAX_TURNS
-    seed: Seed = 0
     tag: Tag = "serve"
-    api_base: ModelServers | None = Field(None, description="Model servers (a URL, a comma list, or a list).")
 
     @model_validator(mode="before")
     @classmethod
@@ -123,16 +114,7 @@ class Conflict(RequestRefused):
     status = 409
 
 
-@dataclass
-class Plan:
-    setup: EpisodeSetup
-    specs: list[str]
-    evaluator: str
-    api_base: ModelServers | None = None  # the model servers its agents and judge call (from the allow-list)
-
-    @property
-    def human_seats(self) -> list[str]:
-        return [name for name, spec in zip(self.setup.agent_names, self.specs, strict=True) if spec == HUMAN]
+Plan = EpisodePlan  # a simulation's plan: ``setup``, ``specs`` (one per seat), ``evaluator``, ``human_seats``
 
 
 CODE_REFUSED = "this server refuses it (serve --allow-code-agents)"
@@ -170,25 +152,16 @@ def plan(
         api_base = servers.for_request(request.api_base)
     except NotListed as exc:
         raise NotAllowed(str(exc)) from None
-    specs = [s.strip() for s in request.agents]
-    evaluator = request.evaluator.strip()
-    check_code({"agents": specs}, allow_code_agents, code_refused)
-    check_servers({"agents": specs, "evaluator": [evaluator]}, servers, api_base)
+    agents = {"agents": list(request.agents)} | ({"partner": [request.partner]} if request.partner else {})
+    check_code(agents, allow_code_agents, code_refused)
+    check_servers(agents | {"evaluator": [request.evaluator]}, servers, api_base)
     try:
-        setup = sample_setup(library, seed=request.seed, scenario=request.scenario)
+        return plan_episodes(request.model_copy(update={"api_base": api_base}), library)
     except LibraryError as exc:
         raise NotFound(f"scenario: {exc}") from None
     except NoEligibleCharacters as exc:
         raise Conflict(f"scenario: {exc}") from None
-    seats = setup.scenario.num_agents
-    if len(specs) == 1:
-        specs = specs * seats
-    if len(specs) != seats:
-        raise Conflict(f"agents: {len(request.agents)} specs for {seats} seats (give one for all, or one per seat)")
-    if setup.scenario.game is not None and evaluator == DEFAULT_MODEL:
-        evaluator = VERIFIABLE  # as `run`: a game's outcome is exact
-    try:
-        check_rule_specs([setup.scenario], specs, evaluator)
-    except (AgentSpecError, ValueError) as exc:
+    except SeatsMismatch as exc:  # names the field itself
+        raise Conflict(str(exc)) from None
+    except (AgentSpecError, ValueError) as exc:  # a rule agent where it cannot play
         raise Conflict(f"agents: {exc}") from None
-    return Plan(setup, specs, evaluator, api_base)

@@ -11,13 +11,9 @@ answered is not asked again for ``REMEMBER_S`` seconds: a busy server does not p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any
 
-from sotopia_env.backends.endpoints import ModelServers
-from sotopia_env.backends.resolve import is_local_spec
+from sotopia_env.episodes.plan import EpisodePlan
 from sotopia_env.episodes.preflight import PreflightFailed, acheck_services
-from sotopia_env.server.model_calls import calls_a_model
 from sotopia_env.server.requests import RequestRefused
 
 REMEMBER_S = 300.0
@@ -29,24 +25,11 @@ class ServiceDown(RequestRefused):
     status = 424
 
 
-def _parties(agents: Iterable[str], evaluator: str, dimensions: str, api_base: ModelServers | None) -> list[Any]:
-    """The agents and the judge of ``agents`` and ``evaluator`` that call a model service (built, not run)."""
-    from sotopia_env.agents.loading import load_agent
-    from sotopia_env.evaluators import make_evaluator
-
-    remote = [s for s in dict.fromkeys(agents) if calls_a_model(s) and not is_local_spec(s)]
-    parties: list[Any] = [load_agent(spec, api_base=api_base) for spec in remote]
-    if calls_a_model(evaluator) and not is_local_spec(evaluator):
-        parties.append(make_evaluator(evaluator, dimensions, api_base))
-    return parties
-
-
-async def check_model_services(
-    agents: Iterable[str], evaluator: str, dimensions: str, api_base: ModelServers | None
-) -> None:
-    """``ServiceDown`` (424, one line) where a model service behind ``agents`` or ``evaluator`` cannot work."""
+async def check_model_services(plan: EpisodePlan) -> None:
+    """``ServiceDown`` (424, one line) where a model service behind ``plan``'s agents or judge cannot work (the
+    parties ``plan.service_parties`` picks, as the CLI's ``benchmark`` does)."""
     try:  # in a thread: building a litellm agent imports litellm (seconds of a stalled loop)
-        parties = await asyncio.to_thread(_parties, list(agents), evaluator, dimensions, api_base)
+        parties = await asyncio.to_thread(plan.service_parties)
         await acheck_services(parties, remember_s=REMEMBER_S)
     except PreflightFailed as exc:
         raise ServiceDown(str(exc)) from None

@@ -64,7 +64,7 @@ async def start(request: Request, body: SimulationRequest) -> JSONResponse:
     client = admitted(request)
     try:
         body, chosen = await sims.planned(body)
-        await check_model_services(chosen.specs, chosen.evaluator, body.dimensions, chosen.api_base)
+        await check_model_services(chosen)
     except RequestRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     sim = await sims.submit(body, chosen, client)

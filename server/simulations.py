@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -30,23 +31,19 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from sotopia_env.agents.base import Agent
-from sotopia_env.agents.llm import CHAT_SETTINGS
-from sotopia_env.agents.loading import load_agent
-from sotopia_env.backends.base import GenerationSettings
-from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.claims import Claims, supports_claims
 from sotopia_env.episodes.job_fields import DEFAULT_CONCURRENCY, HTTP_MAX_PER_CLIENT
 from sotopia_env.episodes.log import EpisodeLog
-from sotopia_env.episodes.runner import Job, run_episode
+from sotopia_env.episodes.plan import HUMAN
+from sotopia_env.episodes.runner import run_episode
 from sotopia_env.episodes.store import EpisodeStore
 from sotopia_env.episodes.store_writer import StoreWriter
-from sotopia_env.evaluators import make_evaluator
 from sotopia_env.library import Library
 from sotopia_env.server.allowed_servers import AllowedModelServers
 from sotopia_env.server.browser_seat import DEFAULT_TURN_TIMEOUT, BrowserSeat
 from sotopia_env.server.caps import CapExceeded, HttpCaps
 from sotopia_env.server.model_calls import ModelCalls
-from sotopia_env.server.requests import CODE_REFUSED, HUMAN, Plan, RequestRefused, SimulationRequest, plan
+from sotopia_env.server.requests import CODE_REFUSED, Plan, RequestRefused, SimulationRequest, plan
 from sotopia_env.transcript import Turn
 
 QUEUE = "simulations"
@@ -226,21 +223,20 @@ class Simulations:
 
     # -- running ----------------------------------------------------------------------------------
 
-    def _agents(self, sim: Simulation) -> list[Agent]:
-        assert sim.plan is not None
-        settings = GenerationSettings(seed=sim.request.seed, **CHAT_SETTINGS)
-        return [
-            sim.seats[name]
-            if spec == HUMAN
-            else self.calls.agent(spec, load_agent(spec, settings=settings, api_base=sim.plan.api_base))
-            for name, spec in zip(sim.plan.setup.agent_names, sim.plan.specs, strict=True)
-        ]
+    def _players(self, sim: Simulation) -> tuple[Any, list[Agent]]:
+        """The judge and the agents of ``sim`` (its plan's; a human seat is its play page's), their model calls
+        under the server's cap."""
+        chosen = sim.plan
+        assert chosen is not None
 
-    def _players(self, sim: Simulation) -> tuple[Any, Any]:
-        """The judge and the agents of ``sim``, their model calls under the server's cap."""
-        assert sim.plan is not None
-        judge = make_evaluator(sim.plan.evaluator, sim.request.dimensions, sim.plan.api_base)
-        return self.calls.judge(sim.plan.evaluator, judge), self._agents(sim)
+        def seat(name: str, spec: str) -> Agent | None:
+            return sim.seats[name] if spec == HUMAN else None
+
+        agents = chosen.seated(seat=seat)
+        capped = [
+            a if spec == HUMAN else self.calls.agent(spec, a) for a, spec in zip(agents, chosen.specs, strict=True)
+        ]
+        return self.calls.judge(chosen.evaluator, chosen.judge()), capped
 
     async def _stored(self, sim: Simulation) -> EpisodeLog | None:
         try:
@@ -279,7 +275,7 @@ class Simulations:
     async def _play(self, sim: Simulation) -> EpisodeLog:
         assert sim.plan is not None
         request = sim.request
-        job = Job(sim.plan.setup, sim.plan.specs, seed=request.seed, episode_id=sim.episode_id)
+        job = dataclasses.replace(sim.plan.jobs[0], episode_id=sim.episode_id)
         writer = StoreWriter(self.store, request.tag)
         try:  # in a thread: a local model's first load imports torch and reads weights (seconds of a stalled loop)
             judge, agents = await asyncio.to_thread(self._players, sim)
@@ -291,7 +287,7 @@ class Simulations:
             writer,
             agents=agents,
             tag=request.tag,
-            config=EnvConfig(max_turns=request.max_turns),
+            config=sim.plan.config(),
             on_turn=lambda turn: sim.publish(turn_event(turn, time.time())),
         )
         assert log is not None

@@ -3,6 +3,12 @@
 The env returns observations as plain dicts that live in ``observation_space``
 (PettingZoo/Gymnasium need that); ``Observation`` is the same data as a typed
 model, which agents receive. ``Observation.from_env(obs)`` converts.
+
+``Observation`` is the one typed view of a seat, under every way of playing one (``SocialEnv``, the Gymnasium
+env, TRL's environment, verl's loop, the OpenEnv server). Everything else is a rendering of it: its ``text`` (the
+env's), the prompt messages (``sotopia_env.prompt.render_prompt``), the tools' answers (what is new since the
+seat's last move) and the OpenEnv payload (``training.openenv_client.SeatObservation``: ``ObservationData``,
+the view without its ``text``, plus those renderings).
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ class HistoryEntry(BaseModel):
         return AgentAction(action_type=ActionType(self.action_type), argument=self.argument)
 
 
-class Observation(BaseModel):
-    """One agent's view at one turn. ``recipients``: whom it may address (``AgentAction.to``), given where two
+class ObservationData(BaseModel):
+    """One agent's view at one turn, as data: an ``Observation`` without its text rendering (the fields the
+    OpenEnv payload carries as they are). ``recipients``: whom it may address (``AgentAction.to``), given where two
     or more others are present; ``phase`` and ``choices``: a game's phase and the arguments its move must take
     one of (a vote: ``vote for <name>``), empty outside games."""
 
@@ -44,11 +51,17 @@ class Observation(BaseModel):
     background: str
     history: list[HistoryEntry]
     available_actions: list[str]
-    text: str
     recipients: list[str] = []
     phase: str = ""
     choices: list[str] = []
     topic: str = ""  # what the scenario is about, in a few words (``Scenario.topic``); empty where unknown
+
+
+class Observation(ObservationData):
+    """One agent's view at one turn (``ObservationData``'s fields) and ``text``, the env's rendering of it: the
+    background, the conversation so far and whose turn it is (``render_text``)."""
+
+    text: str
 
     @classmethod
     def from_env(cls, obs: dict[str, Any] | Observation) -> Observation:
@@ -79,6 +92,13 @@ class Observation(BaseModel):
             choices=list(obs.get("choices", ())),
             topic=str(obs.get("topic", "")),
         )
+
+    @classmethod
+    def of(cls, data: ObservationData) -> Observation:
+        """``data``'s view with its text, rendered as the env renders it."""
+        lines = [entry.render() for entry in data.history]
+        text = render_text(lines, data.background, data.turn, data.available_actions, data.choices)
+        return cls(**data.model_dump(include=set(ObservationData.model_fields)), text=text)
 
     @property
     def my_turn(self) -> bool:

@@ -34,10 +34,20 @@ Reward: the sum of two parts, both listed in ``info``.
 unrated episode, whatever the hooks said (shaping never hides a missing
 rating). RL code should drop or mask such episodes, never count them as 0.
 
+``info["observation"]`` is the learner's ``Observation``, the one typed view the
+string and the messages render (what an agent of ours acts on).
+
 The partner is any object with ``act(observation) -> action`` (sync or async,
 receiving an ``Observation``), e.g. an ``LLMAgent``. The default,
 ``CannedPartner``, says a few fixed lines and leaves; it exists so the env works
 with no LLM at all.
+
+The episode is played by the one episode loop (``sotopia_env.seat_driver.drive``,
+under ``episodes.runner.play`` too) with the learner's seat a ``DrivenSeat``, the
+seat driver under TRL's environment, the OpenEnv server and verl's loop: ``reset``
+and ``step`` run that loop on an event loop of the env's own (on a worker thread
+when called from inside a running event loop, e.g. a notebook's) up to the
+learner's next move or the end. ``close`` abandons an unfinished episode.
 
 Notes on ``gymnasium.utils.env_checker.check_env``: it passes. Two of its
 checks are vacuous for text spaces and say nothing about this env: the
@@ -48,10 +58,10 @@ dtype checks (text has no dtype).
 from __future__ import annotations
 
 import asyncio
-import inspect
+import concurrent.futures
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import gymnasium as gym
 
@@ -61,9 +71,11 @@ from sotopia_env.episode_setup import EpisodeSetup, reset_for_episode
 from sotopia_env.evaluators.base import Evaluator
 from sotopia_env.observation import Observation
 from sotopia_env.prompt import SOTOPIA, prompt_function, prompt_text, render_prompt
+from sotopia_env.seat_driver import DrivenSeat, Step, drive
 from sotopia_env.spaces import ActionText, FreeText
 
 RewardFn = Callable[[str, str, dict[str, Any]], float | None]
+T = TypeVar("T")
 
 
 class CannedPartner:
@@ -81,17 +93,6 @@ class CannedPartner:
             return AgentAction(action_type=ActionType.leave, argument="")
         self._i += 1
         return AgentAction(action_type=ActionType.speak, argument=self.lines[self._i - 1])
-
-
-def _call_partner(partner: Any, observation: Observation) -> Any:
-    result = partner.act(observation)
-    if inspect.isawaitable(result):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(result)  # type: ignore[arg-type]
-        raise RuntimeError("an async partner cannot be driven from inside a running event loop; use SocialEnv")
-    return result
 
 
 def _rated(value: float | None) -> float | None:
@@ -124,6 +125,10 @@ class SingleAgentSocialEnv(gym.Env):
         self.tokenizer = tokenizer
         self.observation_space = FreeText()
         self.action_space = ActionText(max_length=4000)
+        self._loop = asyncio.new_event_loop()
+        self._task: asyncio.Task[Step | None] | None = None  # the episode being played
+        self._seat: DrivenSeat | None = None
+        self._last: Step = ({}, {}, {}, {}, {})  # the env's last (reset or) step
 
     @property
     def learner(self) -> str:
@@ -147,47 +152,70 @@ class SingleAgentSocialEnv(gym.Env):
         super().reset(seed=seed)
         if len(self.env.possible_agents) != 2:
             raise ValueError("SingleAgentSocialEnv needs a two-agent scenario")
+        self._abandon()
         obs, infos = self.env.reset(seed=seed, options=options)
         reset_for_episode(self.partner, self.env.setup, 1 - self.learner_seat)
-        obs, _, _, _, infos = self._advance_partner(obs, infos)
-        text, messages = self._observe(obs)
-        return text, {"turn": self.env.turn, "messages": messages}
+        self._last = (obs, dict.fromkeys(self.env.agents, 0.0), {}, {}, infos)
+        self._seat = DrivenSeat()
+        agents = [self._seat, self.partner] if self.learner_seat == 0 else [self.partner, self._seat]
+        self._task = self._loop.create_task(drive(self.env, agents, obs, infos, on_step=self._stepped))
+        self._run(self._seat.next(self._task))
+        text, messages, observation = self._observe()
+        return text, {"turn": self.env.turn, "messages": messages, "observation": observation}
 
-    def _observe(self, obs: dict) -> tuple[str, list[dict[str, str]]]:
-        """The learner's observation as ``render_prompt`` messages and as their rendered string."""
-        messages = render_prompt(Observation.from_env(obs[self.learner]), self.prompt)
-        return prompt_text(messages, self.tokenizer), messages
+    def _stepped(self, result: Step) -> None:
+        self._last = result
 
-    def _advance_partner(self, obs: dict, infos: dict) -> tuple[dict, dict, dict, dict, dict]:
-        """Let the partner act while it is the partner's turn alone."""
-        rewards = dict.fromkeys(self.env.agents, 0.0)
-        terms = dict.fromkeys(self.env.agents, False)
-        truncs = dict.fromkeys(self.env.agents, False)
-        while self.env.agents and not infos[self.learner]["acting"]:
-            partner_action = _call_partner(self.partner, Observation.from_env(obs[self.partner_id]))
-            obs, rewards, terms, truncs, infos = self.env.step(
-                {self.partner_id: partner_action, self.learner: {"action_type": "none", "argument": ""}}
-            )
-        return obs, rewards, terms, truncs, infos
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the env's own event loop: here, or on a worker thread inside a running event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coro)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(self._loop.run_until_complete, coro).result()
+
+    def _observe(self) -> tuple[str, list[dict[str, str]], Observation]:
+        """The learner's observation, as ``render_prompt`` messages and as their rendered string."""
+        observation = Observation.from_env(self._last[0][self.learner])
+        messages = render_prompt(observation, self.prompt)
+        return prompt_text(messages, self.tokenizer), messages, observation
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        actions: dict[str, Any] = {self.learner: action}
-        if self.partner_id in self.env.acting:  # simultaneous order: the partner acts in the same step
-            actions[self.partner_id] = _call_partner(
-                self.partner, Observation.from_env(self.env.observe(self.partner_id))
-            )
-        obs, rewards, terms, truncs, infos = self.env.step(actions)
-        error = infos[self.learner]["last_error"]
-        if self.env.agents:
-            obs, rewards, terms, truncs, infos = self._advance_partner(obs, infos)
-        text, messages = self._observe(obs)
+        if self._task is None or self._task.done():
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        assert self._seat is not None
+        self._seat.moves.put_nowait(action)  # the learner's move, as it came (the env reports what is invalid)
+        self._run(self._seat.next(self._task))  # the partner moves up to the learner's next move, or the end
+        _, rewards, terms, truncs, infos = self._last
+        text, messages, observation = self._observe()
         env_reward = float(rewards[self.learner])
         info = dict(infos[self.learner])
-        info.update(error=error, messages=messages, env_reward=env_reward)
+        info.update(error=info["last_error"], messages=messages, observation=observation, env_reward=env_reward)
         info["shaping"] = shaping = [_rated(fn(text, action, info)) for fn in self.reward_fns]
         reward = env_reward + sum(v for v in shaping if v is not None)
         info["rated"] = not math.isnan(reward)
         return text, reward, terms[self.learner], truncs[self.learner], info
+
+    def _abandon(self) -> None:
+        """Stop playing an unfinished episode."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            self._run(asyncio.wait({self._task}))
+        self._task, self._seat = None, None
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._abandon()
+        self._loop.close()
+
+    def __del__(self) -> None:
+        if "_loop" in self.__dict__:  # an env whose __init__ failed has nothing to close
+            try:
+                self.close()
+            except Exception:  # at interpreter exit, or a partner that breaks while cancelled: nothing to save
+                pass
 
     def render(self) -> str | None:
         return self.env.render()

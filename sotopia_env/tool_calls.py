@@ -13,6 +13,9 @@ is trained on is what it sees when ``LLMAgent`` plays it (``prompt: tools`` in i
   first move), then per move of its own the tool call and the tool's answer (the lines new to it since that move, and
   whose move it is: ``SeatSession``'s ``update``). A game's earlier phases are rendered with the current choices.
 - ``tool_call_message`` / ``tool_call_text``: an action as the assistant's tool call (a message; its Hermes text).
+- ``tool_call_schema``: the JSON schema of a valid call in one observation (the tools its available moves take, the
+  arguments ``action_json_schema`` allows them), which the local backend constrains a reply to (``ChatRequest``'s
+  ``call_schema``), written as its chat template writes a call (``backends.tool_wire.call_format``).
 - ``parse_tool_call``: a reply (its text, or a server's ``tool_calls``) back to an ``AgentAction``; ``InvalidAction``
   (one line) for no call, a malformed one, an unknown tool or wrong arguments, which ``LLMAgent`` retries and then
   counts as an agent error, as it does invalid JSON.
@@ -25,7 +28,7 @@ import re
 from functools import cache
 from typing import Any
 
-from sotopia_env.actions import ActionType, AgentAction, InvalidAction
+from sotopia_env.actions import ActionType, AgentAction, InvalidAction, action_json_schema
 from sotopia_env.backends.tool_wire import openai_messages, tool_template  # noqa: F401  (re-exported)
 
 TOOLS = "tools"  # the prompt's name in ``sotopia_env.prompt.PROMPTS``
@@ -126,6 +129,50 @@ def tool_call_text(action: AgentAction) -> str:
     function = message["tool_calls"][0]["function"]
     body = json.dumps({"name": function["name"], "arguments": function["arguments"]})
     return f"<tool_call>\n{body}\n</tool_call>"
+
+
+def tool_call_schema(
+    allowed: list[str] | None = None, recipients: list[str] | None = None, choices: list[str] | None = None
+) -> dict[str, Any] | None:
+    """The JSON schema of one valid tool call (``{"name": ..., "arguments": {...}}``, in that order) where the moves
+    ``allowed`` are available: an ``anyOf`` of one branch per tool that takes one of them, whose arguments follow
+    ``action_json_schema(allowed, recipients, choices)``: worded moves carry words, a game's choice is one of
+    ``choices``, ``to`` (optional; not on ``leave``) names only ``recipients``. None when no allowed move has a
+    tool (``none`` alone). ``parse_tool_call`` reads every call this schema admits as an allowed move."""
+    action = action_json_schema(allowed, recipients, choices)
+    branches = []
+    for group in action.get("anyOf", [action]):
+        properties = group["properties"]
+        for kind in properties["action_type"]["enum"]:
+            if ActionType(kind) not in TOOL_OF:
+                continue
+            name, text = TOOL_OF[ActionType(kind)]
+            arguments = {text: properties["argument"]}
+            if "to" in properties and kind != ActionType.leave.value:
+                arguments["to"] = properties["to"]
+            branches.append((name, arguments))
+    order = [name for name, _ in TOOL_OF.values()]
+    branches.sort(key=lambda branch: order.index(branch[0]))
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "const": name},
+                "arguments": {
+                    "type": "object",
+                    "properties": arguments,
+                    "required": [next(iter(arguments))],
+                    "additionalProperties": False,
+                },
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for name, arguments in branches
+    ]
+    if not calls:
+        return None
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
 def parse_tool_call(text: str, tool_calls: list[dict[str, Any]] | None = None) -> AgentAction:

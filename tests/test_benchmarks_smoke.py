@@ -89,20 +89,6 @@ def quick_run(script: str) -> str:
 
 
 @pytest.mark.model
-def test_cpu_precision_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
-    out = quick_run("cpu_precision.py")
-    assert "### One LoRA training step on the CPU" in out and "native bf16 on this CPU" in out
-    assert len([line for line in out.splitlines() if line.startswith(("| fp32", "| bf16"))]) == 2
-
-
-@pytest.mark.model
-def test_bf16_shape_cache_benchmark_runs_every_setting_in_its_own_process(embedded_model_path: str) -> None:
-    out = quick_run("bf16_shape_cache.py")
-    assert "### RSS over 2 training steps" in out
-    assert len([line for line in out.splitlines() if line.startswith(("| fp32", "| bf16"))]) == 4
-
-
-@pytest.mark.model
 def test_grpo_step_benchmark_runs_on_the_embedded_model(embedded_model_path: str) -> None:
     out = quick_run("grpo_step.py")
     assert "### episode-GRPO steps" in out and "load average" in out

@@ -36,6 +36,7 @@ FOLDERS |= {"server": "server", "cli": "cli"}
 LAYERS = ("backends", "sotopia_env", "agents", "episodes", "training", "server", "cli")  # lowest first
 # the bottom layer: the LLM backends and the model helpers they use
 FOUNDATION = ("sotopia_env.backends", "sotopia_env.errors", "sotopia_env.embedded_models", "sotopia_env.model_ref")
+FOUNDATION += ("sotopia_env.specs",)  # the typed model and evaluator specs the backends take
 # the front door's names that come from above the world (``sotopia_env._LAZY``): each one is an allowed arrow up
 FRONT_DOOR_UP = {
     "Agent": "sotopia_env.agents.base",

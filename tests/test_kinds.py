@@ -239,17 +239,16 @@ def test_a_model_plays_a_kind_of_ones_own(guess_kind, guess_folder, tiny_model_d
 def test_a_broken_entry_point_is_a_one_line_error_on_every_lookup(monkeypatch):
     from importlib.metadata import EntryPoint
 
-    from sotopia_env.kinds import base as kinds_base
+    import sotopia_env.registry
     from sotopia_env.kinds import registry
 
     broken = EntryPoint(name="broken", value="no_such_module:KIND", group=registry.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(kinds_base, "entry_points", lambda group: [broken])  # both registries load through it
-    monkeypatch.setattr(registry, "_loaded", False)  # a fresh process's registry, restored afterwards
-    monkeypatch.setattr(registry, "_registered", {})
+    monkeypatch.setattr(sotopia_env.registry, "entry_points", lambda group: [broken])  # every registry loads so
     where = r"entry point 'broken' \(no_such_module:KIND, group sotopia_env.kinds\) failed to load: ModuleNotFound"
-    for _ in range(2):  # not only the first lookup: the registry never goes on without it
-        with pytest.raises(KindError, match=where):
-            rule_set("bargaining")
+    with registry.KINDS.scoped(fresh=True):  # a fresh process's registry, restored afterwards
+        for _ in range(2):  # not only the first lookup: the registry never goes on without it
+            with pytest.raises(KindError, match=where):
+                rule_set("bargaining")
 
 
 def test_games_have_a_registry_of_their_own(monkeypatch):
@@ -258,27 +257,28 @@ def test_games_have_a_registry_of_their_own(monkeypatch):
     import types
     from importlib.metadata import EntryPoint
 
+    import sotopia_env.registry
     from sotopia_env.games import registry as games
     from sotopia_env.games.werewolf import RULES as WEREWOLF
-    from sotopia_env.kinds import base as kinds_base
 
-    monkeypatch.setattr(games, "_registered", dict(games._registered))  # restored afterwards
-    assert rule_set("werewolf") is WEREWOLF is games.game_rules("werewolf") is rule_set("werewolf", "game")
-    assert [r.name for r in games.game_rule_sets()] == ["negotiation", "undercover", "werewolf"]
-    with pytest.raises(KindError, match="unknown verifiable kind 'werewolf'"):
-        rule_set("werewolf", "verifiable")
+    with games.GAMES.scoped():  # restored afterwards
+        assert rule_set("werewolf") is WEREWOLF is games.game_rules("werewolf") is rule_set("werewolf", "game")
+        assert [r.name for r in games.game_rule_sets()] == ["negotiation", "undercover", "werewolf"]
+        with pytest.raises(KindError, match="unknown verifiable kind 'werewolf'"):
+            rule_set("werewolf", "verifiable")
 
-    plugin = types.ModuleType("toy_game")
-    plugin.RULES = type("ToyWolf", (type(WEREWOLF),), {"name": "toy-wolf"})()
-    monkeypatch.setitem(sys.modules, "toy_game", plugin)
-    point = EntryPoint(name="toy-wolf", value="toy_game:RULES", group=games.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(kinds_base, "entry_points", lambda group: [point] if group == games.ENTRY_POINT_GROUP else [])
-    monkeypatch.setattr(games, "_loaded", False)
-    assert rule_set("toy-wolf") is plugin.RULES and "toy-wolf" in [r.name for r in rule_sets("game")]
+        plugin = types.ModuleType("toy_game")
+        plugin.RULES = type("ToyWolf", (type(WEREWOLF),), {"name": "toy-wolf"})()
+        monkeypatch.setitem(sys.modules, "toy_game", plugin)
+        point = EntryPoint(name="toy-wolf", value="toy_game:RULES", group=games.ENTRY_POINT_GROUP)
+        points = {games.ENTRY_POINT_GROUP: [point]}
+        monkeypatch.setattr(sotopia_env.registry, "entry_points", lambda group: points.get(group, []))
+        games.GAMES._loaded = False  # as in a fresh process (restored by the scope)
+        assert rule_set("toy-wolf") is plugin.RULES and "toy-wolf" in [r.name for r in rule_sets("game")]
 
-    passed_on = register_kind(type("ToyWolf2", (type(WEREWOLF),), {"name": "toy-wolf-2"})())
-    assert games.game_rules("toy-wolf-2") is passed_on
-    games.register_game(type("Clash", (type(WEREWOLF),), {"name": "bargaining"})())
-    with pytest.raises(KindError, match="'bargaining' is both a verifiable kind and a game's rule set"):
-        rule_set("bargaining")
-    assert rule_set("bargaining", "verifiable").name == "bargaining"
+        passed_on = register_kind(type("ToyWolf2", (type(WEREWOLF),), {"name": "toy-wolf-2"})())
+        assert games.game_rules("toy-wolf-2") is passed_on
+        games.register_game(type("Clash", (type(WEREWOLF),), {"name": "bargaining"})())
+        with pytest.raises(KindError, match="'bargaining' is both a verifiable kind and a game's rule set"):
+            rule_set("bargaining")
+        assert rule_set("bargaining", "verifiable").name == "bargaining"

@@ -210,3 +210,18 @@ def test_real_embedded_llm_agent_as_learner(embedded_model_path, two_friends):
         obs, _, terminated, truncated, info = env.step(action.model_dump_json())
         done = terminated or truncated
     assert len(backend.requests) == sum(t.agent == env.learner_name for t in env.env.turns) >= 1
+
+
+def test_an_async_partner_inside_a_running_event_loop(two_friends):
+    """The episode runs on the env's own event loop (``seat_driver.drive``, as ``play``'s): an async partner is
+    awaited there, and the env works when called from inside a running loop (a notebook's)."""
+
+    async def main():
+        env = SingleAgentSocialEnv(partner=ScriptedAgent(PARTNER_LINES), setup=two_friends, learner_seat=1)
+        obs, info = env.reset(seed=0)
+        assert "Hello." in obs and info["observation"].my_turn
+        obs, reward, terminated, truncated, info = env.step(speak("Hi!"))
+        assert info["error"] is None and "I see. Tell me more." in obs and not terminated
+        env.close()
+
+    asyncio.run(main())

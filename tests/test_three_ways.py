@@ -1,11 +1,14 @@
-"""One episode, four ways: the same scenario, seed and scripted policy give the same transcript, the same reward and
-the same observations (the ones the policy acts on) through ``SocialEnv`` driven by hand, through the TRL
-environment's tools, through the OpenEnv server's client, and through the TRL environment that plays on a remote
-OpenEnv server (``training.openenv_client``); the two TRL environments also answer the model with the same text."""
+"""One episode, every way of playing a seat: the same scenario, seed and scripted policy give the same transcript,
+the same reward and the same observations (the one typed ``Observation`` the policy acts on) through ``SocialEnv``
+driven by hand, through the single-agent Gymnasium env (two seats), through the TRL environment's tools (verl's
+loop plays through the same ``SeatSession``), through the OpenEnv server's client, and through the TRL environment
+that plays on a remote OpenEnv server (``training.openenv_client``); the two TRL environments also answer the model
+with the same text."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -21,8 +24,10 @@ from sotopia_env.episode_setup import reset_for_episode  # noqa: E402
 from sotopia_env.evaluators import make_evaluator  # noqa: E402
 from sotopia_env.library import load_library  # noqa: E402
 from sotopia_env.observation import Observation  # noqa: E402
+from sotopia_env.prompt import render_prompt  # noqa: E402
 from sotopia_env.sampler import sample_setup  # noqa: E402
 from sotopia_env.server.openenv_app import SeatAction, SeatClient, as_observation, create_openenv_app  # noqa: E402
+from sotopia_env.single_agent import SingleAgentSocialEnv  # noqa: E402
 from sotopia_env.training.openenv_client import RemoteSocialToolEnv  # noqa: E402
 from sotopia_env.training.seat_rows import SeatRow, SessionMaker  # noqa: E402
 from sotopia_env.training.trl_env import SocialToolEnv, tool_call_message  # noqa: E402
@@ -59,6 +64,25 @@ def by_hand(scenario: str, seat: int, seed: int, partner: str, judge: str):
                 actions[agent_id] = asyncio.run(partners[agent_id].act(seen))
         obs, rewards, _, _, infos = env.step(actions)
     return [t.model_dump(mode="json") for t in env.turns], rewards[mine], seen_by_policy
+
+
+def through_gym(scenario: str, seat: int, seed: int, partner: str, judge: str):
+    """The Gymnasium env (two seats): the policy's moves as action text, the partner fixed."""
+    setup = sample_setup(load_library(), seed=seed, scenario=scenario).drawn_with(seed)
+    env = SingleAgentSocialEnv(
+        partner=load_agent(partner), learner_seat=seat, setup=setup, evaluator=make_evaluator(judge, "goal"),
+        config=EnvConfig(max_turns=MAX_TURNS),
+    )  # fmt: skip
+    text, info = env.reset(seed=seed)
+    seen_by_policy, reward, done = [], None, False
+    while not done:
+        seen_by_policy.append(info["observation"])
+        assert info["messages"] == render_prompt(info["observation"])  # the text is a rendering of the observation
+        move = scripted_policy(info["observation"], len(seen_by_policy) - 1)
+        text, reward, terminated, truncated, info = env.step(json.dumps(move))
+        done = terminated or truncated
+    env.close()
+    return [t.model_dump(mode="json") for t in env.env.turns], reward, seen_by_policy
 
 
 def play_tools(env: SocialToolEnv, row: dict):
@@ -121,3 +145,12 @@ def test_one_episode_four_ways(scenario, seat, seed, partner, judge):
         assert remote_texts == texts  # what the model reads: the opening, then each tool's answer
     if scenario.startswith("multi-party"):
         assert any(t["action"].get("to") for t in transcript)  # private messages were part of it
+
+
+@pytest.mark.parametrize("scenario, seat, seed, partner, judge", [c for c in CASES if "multi-party" not in c[0]])
+def test_the_gymnasium_env_gives_the_policy_the_same_observations(scenario, seat, seed, partner, judge):
+    transcript, reward, seen = by_hand(scenario, seat, seed, partner, judge)
+    assert len(seen) >= 3 and all(isinstance(o, Observation) for o in seen)
+    assert through_gym(scenario, seat, seed, partner, judge) == (transcript, reward, seen)
+    _, _, trl_seen, _ = through_trl(scenario, seat, seed, partner, judge)
+    assert trl_seen == seen  # the seat session's Observation (TRL's, OpenEnv's, verl's) is the Gymnasium env's

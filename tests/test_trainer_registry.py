@@ -4,6 +4,7 @@ here and runs through the config parsing, the pipeline's ``rl:`` stage and ``sot
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,9 @@ from sotopia_env.training.trainers import Trainer, register_trainer, trainer_for
 
 
 @pytest.fixture
-def toy(monkeypatch) -> Trainer:
-    monkeypatch.setattr(trainers, "_TRAINERS", dict(trainers._TRAINERS))  # the registry as it was, after the test
-    return register_trainer(Trainer("toy", "the toy", toy_trainer.ToyConfig, toy_trainer.train_toy, ("toy",)))
+def toy() -> Iterator[Trainer]:
+    with trainers.TRAINERS.scoped():  # the registry as it was, after the test
+        yield register_trainer(Trainer("toy", "the toy", toy_trainer.ToyConfig, toy_trainer.train_toy, ("toy",)))
 
 
 def test_the_built_in_trainers_are_chosen_by_task():

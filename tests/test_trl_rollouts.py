@@ -5,6 +5,7 @@ the trainer's rewards are the judge's."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -163,3 +164,89 @@ def test_the_example_refuses_bad_arguments_in_one_line(argv, message, capsys):
         example.plan(example.parse_args(argv))
     said = str(exc.value) + capsys.readouterr().err
     assert message in said
+
+
+class SeatScores(Recorder):
+    """The recorder's judge, rating the first agent's goal 8 and the second's 2 (the rest mid-scale): a seat's
+    reward shows whose rating it carries."""
+
+    GOALS = {"agent_1": 8, "agent_2": 2}
+
+    def __call__(self, body: dict) -> Reply:
+        reply = super().__call__(body)
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+        if "agent_1" not in (schema.get("properties") or {}):
+            return reply
+        rating = json.loads(reply.text)
+        for agent, goal in self.GOALS.items():
+            rating[agent]["goal"]["score"] = goal
+        return Reply(json.dumps(rating))
+
+
+def test_self_play_through_grpo_trainer_pairs_both_seats_in_one_episode(tokenizer, tmp_path):
+    """Self-play under TRL: the policy drives both seats (partner ``self``), the two seats' prompts of a batch share
+    their episodes, each seat's sample carries its own rating, and TRL's groups (one per prompt) are per seat."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from sotopia_env.training.seat_rows import SELF
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    recorder = SeatScores()
+    with LoopbackOpenAI(recorder, request_queue_size=256) as server:
+        maker = SessionMaker(api_base=server.base_url)
+        rows = seat_rows("hard", partner=SELF, judge="loopback", max_turns=6, library=maker.library)[:2]
+        assert [r.seat for r in rows] == [0, 1] and rows[0].scenario == rows[1].scenario
+        episodes = []
+        rollouts = episode_rollouts(maker, tokenizer, on_episode=lambda log, reward: episodes.append((log, reward)))
+        rollouts.policy = ScriptedToolPolicy(rollouts.tokenizer, speak_call("Could we settle this together?"))
+        args = GRPOConfig(
+            output_dir=str(tmp_path), max_steps=1, learning_rate=1e-3, per_device_train_batch_size=4,
+            num_generations=2, max_completion_length=2048, max_tool_calling_iterations=5, beta=0.0,
+            logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
+        )  # fmt: skip
+        trainer = GRPOTrainer(
+            model=tiny_policy_model(tokenizer),
+            reward_funcs=[episode_reward],
+            args=args,
+            train_dataset=rollout_dataset(rows, maker),
+            processing_class=rollouts.tokenizer,
+            rollout_func=rollouts,
+        )
+        trainer.train()
+
+    assert len(episodes) == 4  # four samples: two prompts (one per seat), two rollouts each
+    logs = {id(log): log for log, _ in episodes}
+    assert len(logs) == 2  # ... played as two episodes, each seat a sample of both
+    for log in logs.values():
+        assert len(log.turns) == 6 and {t.agent for t in log.turns} == set(log.setup.agent_names)
+        assert all("settle this together" in t.action.argument for t in log.turns)  # the policy, in both seats
+    assert recorder.calls["partner"] == 0 and recorder.calls["judge"] == 2  # no partner model; one rating each
+    assert sorted(reward for _, reward in episodes) == [2, 2, 8, 8]  # each seat's own goal
+    assert sorted(trainer._logs["rewards"][REWARD_FIELD]) == [2, 2, 8, 8]
+
+
+def test_self_play_plays_a_seat_no_prompt_asks_for_as_a_shadow(tokenizer):
+    """A batch with one seat's prompts only: the policy plays the other seat too (not returned as a sample)."""
+    from types import SimpleNamespace
+
+    from sotopia_env.training.seat_rows import SELF
+
+    with LoopbackOpenAI(SeatScores(), request_queue_size=64) as server:
+        maker = SessionMaker(api_base=server.base_url)
+        row = seat_rows("hard", partner=SELF, judge="loopback", max_turns=4, library=maker.library)[1]
+        prompts = list(rollout_dataset([row], maker)["prompt"]) * 2
+        rollouts = episode_rollouts(maker, tokenizer)
+        rollouts.policy = ScriptedToolPolicy(rollouts.tokenizer, speak_call("Let us talk it over."))
+        trainer = SimpleNamespace(args=SimpleNamespace(max_completion_length=2048, max_tool_calling_iterations=5))
+        out = rollouts(prompts, trainer)
+    assert row.seat == 1 and len(out["completion_ids"]) == 2 and out[REWARD_FIELD] == [2, 2]
+    assert rollouts.policy.calls == 4  # four turns a episode, the shadow seat's two moved by the policy as well
+
+
+def test_self_play_is_refused_on_verifiable_scenarios():
+    from sotopia_env.training.seat_rows import SELF, SeatRowError
+
+    maker = SessionMaker()
+    row = seat_rows("verifiable:dev", partner=SELF, library=maker.library)[0]
+    with pytest.raises(SeatRowError, match="self-play is for SOTOPIA scenarios and games"):
+        maker.open_together(row)

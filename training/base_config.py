@@ -5,6 +5,12 @@
 configs extend ``TrainingArguments``. A subclass may change a default (GRPO trains a smaller LoRA at a lower
 learning rate); it never copies a field.
 
+``GRPOBaseConfig`` is what the two GRPO trainers share, each name declared once with one default: the sampling
+temperature, the KL weight ``beta`` and the advantages' ``scale_rewards``, whose defaults are TRL's own
+``GRPOConfig`` defaults (``tests/test_registries.py`` holds them to TRL's), and the small LoRA with a constant
+schedule. Only the fields in ``GRPOBaseConfig.PER_TRAINER`` have a default of each trainer's own (a run's length,
+its learning rate, how long one completion may be).
+
 ``PipelineInputs`` is what the pipeline hands the trainer of its ``rl:`` stage (``training.trainers``).
 """
 
@@ -13,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal, get_args
 
 from sotopia_env.backends.endpoints import ApiBase
 from sotopia_env.backends.resolve import prompt_for_model
@@ -69,6 +75,38 @@ class BaseTrainConfig:
     def trained_prompt(self) -> str:
         """The prompt the model is trained on and recorded with (``prompt``, else ``base_model``'s own)."""
         return self.prompt_for(self.base_model)
+
+
+ScaleRewards = Literal["group", "batch", "none"]  # the advantages' divisor: the group's std, the step's, or none
+
+
+@dataclass
+class GRPOBaseConfig(BaseTrainConfig):
+    """The fields both GRPO trainers share (text GRPO on TRL, ``training.grpo.GRPOStageConfig``; GRPO on whole
+    episodes, ``training.episode_grpo.EpisodeGRPOConfig``), one default each. ``beta``, ``temperature`` and
+    ``scale_rewards`` are TRL ``GRPOConfig`` fields, with TRL's defaults."""
+
+    # the fields a GRPO trainer gives a default of its own; every other shared name has the one default here
+    PER_TRAINER: ClassVar[tuple[str, ...]] = (
+        "task",
+        "output_dir",
+        "learning_rate",
+        "max_steps",
+        "max_completion_length",
+    )
+
+    lora_r: int = 8
+    lr_scheduler_type: str = "constant"
+    beta: float = 0.0  # KL weight towards the starting policy (a frozen copy of a continued adapter); 0: none
+    temperature: float = 1.0  # the rollouts' sampling temperature (the update scores the same distribution)
+    scale_rewards: ScaleRewards = "group"  # divide the centred rewards by the group's std, the step's, or nothing
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.beta < 0 or self.temperature <= 0:
+            raise ValueError(f"beta must be 0 or more and temperature positive, not {self.beta} and {self.temperature}")
+        if self.scale_rewards not in get_args(ScaleRewards):
+            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
 
 
 @dataclass

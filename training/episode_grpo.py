@@ -59,7 +59,7 @@ from sotopia_env.backends.resolve import release_backends
 from sotopia_env.env import EnvConfig
 from sotopia_env.episodes.progress import progress_bar
 from sotopia_env.profiles import MAX_SEATS
-from sotopia_env.training.base_config import BaseTrainConfig
+from sotopia_env.training.base_config import GRPOBaseConfig
 from sotopia_env.training.episode_rollouts import (
     Episode,
     Rollout,
@@ -91,14 +91,13 @@ REF_ADAPTER = "ref"
 
 
 @dataclass
-class EpisodeGRPOConfig(BaseTrainConfig):
-    """GRPO on whole episodes: the shared fields of ``BaseTrainConfig`` and these (``task: episodes`` in YAML)."""
+class EpisodeGRPOConfig(GRPOBaseConfig):
+    """GRPO on whole episodes: the shared fields of ``BaseTrainConfig`` and ``GRPOBaseConfig`` (``beta``,
+    ``temperature``, ``scale_rewards``: one default for both GRPO trainers) and these (``task: episodes`` in YAML)."""
 
     task: Literal["episodes"] = "episodes"
     output_dir: str = "outputs/episode-grpo"
-    lora_r: int = 8
     learning_rate: float = 2e-4  # 0: a control that plays and scores like a run but changes no weight
-    lr_scheduler_type: str = "constant"
     max_steps: int = 8
     # the rollouts
     scenarios: str = "verifiable:train"  # a scenario selector: the group starts
@@ -111,21 +110,18 @@ class EpisodeGRPOConfig(BaseTrainConfig):
     max_turns: int = 8  # the env's turn limit
     group_size: int = 4  # episodes per start (different sampling seeds)
     groups_per_step: int = 4  # starts per step, their kinds interleaved
-    temperature: float = 1.0
     max_completion_length: int = 64  # tokens per policy turn
     constrained: bool = True  # the policy's actions are schema-constrained (as LLMAgent's are by default)
     api_base: str | None = None  # serves the partner and the evaluator
     rollout_server: RolloutServerConfig | None = None  # the policy's turns on a vLLM server (``served_policy``)
-    # the signal
-    scale_rewards: Literal["group", "batch", "none"] = "batch"  # divide the centred rewards by this std
+    # the signal (scale_rewards: the group's std, the step's or none; GRPOBaseConfig's)
     dynamic_sampling: bool = True  # rest starts without signal; play more groups until enough carry signal
     max_resample_groups: int = 4  # extra groups a step may play for signal
     revisit_after: int = 4  # steps a start without signal rests
     turn_reward: float = 0.0  # per policy turn, added to the reward (negative: shorter episodes)
     dense_reward: float = 0.0  # verifiable only: up to this much partial credit; a success gets all of it
     shuffle_rewards: bool = False  # the control: rewards permuted within each group (same compute, no signal)
-    # the update
-    beta: float = 0.0  # weight of the KL towards the starting policy (0: no reference pass)
+    # the update (beta, the KL weight towards the starting policy, is GRPOBaseConfig's; 0: no reference pass)
     epsilon: float = 0.2  # the ratio's clip below 1
     epsilon_high: float = 0.28  # and above 1 (DAPO's clip-higher)
     importance_sampling_cap: float = 2.0  # truncates pi_rollout / sampler (the grammar mask's correction)
@@ -145,14 +141,12 @@ class EpisodeGRPOConfig(BaseTrainConfig):
             raise ValueError(f"group_size must be at least 2 (GRPO compares a group), not {self.group_size}")
         if not 0 <= self.seat < MAX_SEATS:
             raise ValueError(f"seat must be 0 to {MAX_SEATS - 1}, not {self.seat}")
-        if self.beta < 0 or self.temperature <= 0 or self.max_resample_groups < 0:
-            raise ValueError("beta and max_resample_groups must be 0 or more, temperature positive")
+        if self.max_resample_groups < 0:
+            raise ValueError(f"max_resample_groups must be 0 or more, not {self.max_resample_groups}")
         if not 0 <= self.dense_reward < 10:
             raise ValueError(f"dense_reward must be in [0, 10), not {self.dense_reward}")
         if not (0 < self.epsilon < 1 and self.epsilon_high > 0 and self.importance_sampling_cap >= 1):
             raise ValueError("epsilon must be in (0, 1), epsilon_high positive, importance_sampling_cap at least 1")
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
         if self.self_play and self.role is not None:
             raise ValueError(f"self_play plays every seat: drop role ({self.role!r}) or self_play")
         if self.rollout_server is not None and (problem := template_problem(self.rollout_server)):

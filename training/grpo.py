@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sotopia_env.training.base_config import BaseTrainConfig, PipelineInputs
+from sotopia_env.training.base_config import GRPOBaseConfig, PipelineInputs
 from sotopia_env.training.dataset import dataset_prompt
 from sotopia_env.training.grpo_rollouts import local_rollout_func, uses_local_rollouts
 from sotopia_env.training.model_setup import (
@@ -45,32 +45,32 @@ from sotopia_env.training.model_setup import (
 from sotopia_env.training.rl.tasks import RewardFunc, build_task
 from sotopia_env.training.rl_result import RESULT_FILE, GRPOResult
 
+# TRL ``GRPOConfig`` fields text GRPO passes on as they are: None (the default) leaves TRL's own default, and TRL
+# checks the value (a YAML config's is checked on load by the field's type)
+TRL_FIELDS = ("loss_type", "use_vllm", "vllm_mode")
+
 
 @dataclass
-class GRPOStageConfig(BaseTrainConfig):
-    """Text GRPO on TRL's ``GRPOTrainer``: the shared fields of ``BaseTrainConfig`` and these. GRPO on whole
-    episodes is another trainer with its own config (``training.episode_grpo.EpisodeGRPOConfig``)."""
+class GRPOStageConfig(GRPOBaseConfig):
+    """Text GRPO on TRL's ``GRPOTrainer``: the shared fields of ``BaseTrainConfig`` and ``GRPOBaseConfig`` (``beta``,
+    ``temperature``, ``scale_rewards``: one default for both GRPO trainers) and these. GRPO on whole episodes is
+    another trainer with its own config (``training.episode_grpo.EpisodeGRPOConfig``)."""
 
     output_dir: str = "outputs/grpo"
     task: str = "socialiqa"  # a registered task (training.rl.task_names())
     data: str | None = None  # the task's data file
     max_items: int | None = None  # use only the first N items
     task_options: dict[str, Any] = field(default_factory=dict)  # the task's own options (social_turns: judge)
-    lora_r: int = 8
     learning_rate: float = 5e-6
-    lr_scheduler_type: str = "constant"
     num_epochs: float = 1.0  # max_steps > 0 overrides it
     batch_size: int = 4  # completions per device per step; batch_size * grad_accum must divide by num_generations
     grad_accum: int = 1
-    num_generations: int = 4  # completions per prompt (the GRPO group)
-    beta: float = 0.04  # KL weight towards the starting policy (a frozen copy of a continued adapter); 0: none
-    temperature: float = 0.9
+    num_generations: int = 4  # completions per prompt (the GRPO group); TRL's field (its default, 8, needs batch 8)
     max_completion_length: int = 256
-    loss_type: str = "dapo"  # TRL's: grpo, dr_grpo, dapo, bnpo, ...
-    scale_rewards: str = "group"  # TRL's: group, batch or none
-    use_vllm: bool = False  # generate with vLLM (pip install vllm; CUDA only)
+    loss_type: str | None = None  # TRL's: grpo, dr_grpo, dapo, bnpo, ... (None: TRL's default, dapo)
+    use_vllm: bool | None = None  # generate with vLLM (pip install vllm; CUDA only); None: TRL's default (off)
+    vllm_mode: Literal["colocate", "server"] | None = None  # colocate: in this process; server: `trl vllm-serve`
     local_rollouts: bool = True  # generate with the local backend's continuous batching (else TRL's generate)
-    vllm_mode: Literal["colocate", "server"] = "colocate"  # colocate: in this process; server: `trl vllm-serve`
     extra_args: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig field
 
     def __post_init__(self) -> None:
@@ -89,12 +89,6 @@ class GRPOStageConfig(BaseTrainConfig):
             )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
-        if self.beta < 0 or self.temperature <= 0:
-            raise ValueError("beta must be 0 or more and temperature positive")
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {self.scale_rewards!r}")
-        if self.vllm_mode not in ("colocate", "server"):
-            raise ValueError(f"vllm_mode must be 'colocate' or 'server', not {self.vllm_mode!r}")
 
 
 def grpo_in_pipeline(config: GRPOStageConfig, pipeline: PipelineInputs) -> GRPOStageConfig:
@@ -210,10 +204,8 @@ def grpo_config(config: GRPOStageConfig, output_dir: Path, bf16: bool):
         beta=config.beta,
         temperature=config.temperature,
         max_completion_length=config.max_completion_length,
-        loss_type=config.loss_type,
         scale_rewards=config.scale_rewards,
-        use_vllm=config.use_vllm,
-        vllm_mode=config.vllm_mode,
+        **{name: getattr(config, name) for name in TRL_FIELDS if getattr(config, name) is not None},
         **config.extra_args,
     )
 

@@ -30,13 +30,13 @@ from typing import Any
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
-from openenv.core.env_server.types import Action, Observation, State
+from openenv.core.env_server.types import Action, State
+from openenv.core.env_server.types import Observation as OpenEnvObservation
 from pydantic import Field
 
 from sotopia_env.actions import ActionType
-from sotopia_env.observation import Observation as SeatView
-from sotopia_env.observation import render_text
-from sotopia_env.training.seat_session import BackgroundLoop
+from sotopia_env.observation import Observation, ObservationData
+from sotopia_env.training.seat_session import BackgroundLoop, SeatTurn
 from sotopia_env.training.trl_env import SocialToolEnv
 
 CHECKED_FIELDS = ("partners", "evaluator", "max_turns", "dense_reward")  # a row's fields the server fixes itself
@@ -62,34 +62,48 @@ class SeatAction(Action):
         )
 
 
-class SeatObservation(Observation):
-    """What the seat observes (see ``server.openenv_app``'s docstring)."""
+class SeatObservation(OpenEnvObservation, ObservationData):
+    """The OpenEnv payload: a rendering of the seat's ``Observation`` (see ``server.openenv_app``'s docstring).
+    Its view's fields are ``ObservationData``'s, as they are (at the end, no ``available_actions``); beside them
+    the renderings: ``messages`` (the prompt), ``text`` (what is new to the seat and whose move it is: the tools'
+    answer, not the env's ``Observation.text``), and the step's ``error``, ``rated`` and ``termination_reason``;
+    OpenEnv's own ``done`` and ``reward``. ``of(turn)`` renders one; ``observation()`` gives the view back."""
 
     messages: list[dict[str, str]] = Field(default_factory=list)
     text: str = ""
-    agent: str = ""
-    turn: int = 0
-    background: str = ""  # what the seat knows (scenario, itself, the others as far as it may see, its goal)
-    history: list[dict[str, Any]] = Field(default_factory=list)  # what it has observed, one entry per move
-    available_actions: list[str] = Field(default_factory=list)
-    recipients: list[str] = Field(default_factory=list)
-    phase: str = ""
-    choices: list[str] = Field(default_factory=list)
-    topic: str = ""  # what the scenario is about, in a few words
     error: str | None = None
     rated: bool | None = None
     termination_reason: str | None = None
 
+    @classmethod
+    def of(cls, turn: SeatTurn) -> SeatObservation:
+        """The payload of a seat session's turn."""
+        view = turn.observation.model_dump(include=set(ObservationData.model_fields) - {"available_actions"})
+        return cls(
+            **view,
+            available_actions=[] if turn.done else turn.observation.available_actions,
+            messages=turn.messages,
+            text=turn.update,
+            error=turn.error,
+            done=turn.done,
+            reward=turn.reward,
+            rated=(turn.reward is not None) if turn.done else None,
+            termination_reason=turn.termination_reason,
+        )
 
-def as_observation(seen: SeatObservation) -> SeatView:
-    """The ``sotopia_env.observation.Observation`` an agent of ours acts on, from a client's observation: the one
-    the seat has in our own loop (its ``text`` is the env's rendering, rebuilt here: the wire's ``text`` is what
-    is new; at the end nothing but ``none`` is available)."""
-    fields = seen.model_dump(include=set(SeatView.model_fields) - {"text", "available_actions"})
-    available = seen.available_actions or [ActionType.none.value]
-    view = SeatView(**fields, available_actions=available, text="")
-    lines = [entry.render() for entry in view.history]
-    return view.model_copy(update={"text": render_text(lines, view.background, view.turn, available, view.choices)})
+    def observation(self) -> Observation:
+        """The ``Observation`` the seat acts on, as in our own loop (at the end nothing but ``none`` is
+        available); its ``text`` is the env's rendering, rebuilt."""
+        view = ObservationData.model_validate(self.model_dump(include=set(ObservationData.model_fields)))
+        if not view.available_actions:
+            view.available_actions = [ActionType.none.value]
+        return Observation.of(view)
+
+
+def as_observation(seen: SeatObservation) -> Observation:
+    """``seen.observation()``: the ``sotopia_env.observation.Observation`` an agent of ours acts on, from a
+    client's observation."""
+    return seen.observation()
 
 
 class SeatState(State):
@@ -144,7 +158,7 @@ class RemoteSocialToolEnv(SocialToolEnv):
         self._finalizer: weakref.finalize | None = None
 
     @property
-    def observation(self) -> SeatView | None:
+    def observation(self) -> Observation | None:
         """The seat's current observation (None before ``reset``), as the local environment gives it."""
         return as_observation(self._result.observation) if self._result is not None else None
 

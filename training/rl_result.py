@@ -1,4 +1,8 @@
-"""What a GRPO run returns and keeps in ``OUTPUT_DIR/grpo_result.json``: text GRPO and episode GRPO alike."""
+"""What a GRPO run returns and keeps in ``OUTPUT_DIR/grpo_result.json``: text GRPO and episode GRPO alike.
+
+How a result reads (what its ``prompts`` are, what its ``None`` rewards and skipped batches mean) is the trainer's
+to say, not this module's: a trainer registers its ``ResultWords`` for its tasks (``Trainer.words`` in
+``training.trainers``), and a task without any reads as text GRPO's (``ResultWords()``)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sotopia_env.registry import Registry
+
 RESULT_FILE = "grpo_result.json"
+
+
+@dataclass(frozen=True)
+class ResultWords:
+    """How a trainer's result names what it counted: text GRPO's by default."""
+
+    items: str = "prompts"  # what ``prompts`` counts
+    nones: str = "None rewards"  # what ``none_rewards`` counts
+    unscorable: str = "unscorable batches skipped"  # what ``unscorable_batches`` counts
+
+
+RESULT_WORDS: Registry[ResultWords] = Registry("result wording")  # a task -> its trainer's words, if not the default
 
 
 @dataclass
@@ -42,15 +60,18 @@ class GRPOResult:
         """The result ``save`` wrote (another rank's, under ``accelerate launch``)."""
         return cls(**json.loads(path.read_text()))
 
+    @property
+    def words(self) -> ResultWords:
+        """How this result reads: its task's trainer's words (``RESULT_WORDS``), else text GRPO's."""
+        return RESULT_WORDS.get(self.task) or ResultWords()
+
     def dataset(self) -> str:
-        """What it trained on, in words (task ``episodes``: its ``prompts`` are group starts)."""
-        return f"{self.task}: {self.prompts} {'starts' if self.task == 'episodes' else 'prompts'}"
+        """What it trained on, in words (episode GRPO's ``prompts`` are group starts)."""
+        return f"{self.task}: {self.prompts} {self.words.items}"
 
     def note(self) -> str:
-        """The ``None`` rewards and skipped updates, in words (task ``episodes``: unrated episodes, groups)."""
-        if self.task == "episodes":
-            note = f"unrated episodes: {self.none_rewards}, groups without signal: {self.unscorable_batches}"
-        else:
-            note = f"None rewards: {self.none_rewards}, unscorable batches skipped: {self.unscorable_batches}"
+        """The ``None`` rewards and skipped updates, in words (episode GRPO's: unrated episodes, groups)."""
+        words = self.words
+        note = f"{words.nones}: {self.none_rewards}, {words.unscorable}: {self.unscorable_batches}"
         share = self.zero_std_share
         return note if share is None else f"{note}, zero-variance share {share:.2f}"

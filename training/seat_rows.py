@@ -28,6 +28,7 @@ from sotopia_env.sampler import sample_setup
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession
 
 RULE_AGENTS = tuple(sorted(NO_MODEL_SPECS - {"human"}))  # partners that need no stand-in: they call no model
+SELF = "self"  # a partner spec for self-play rollouts: the policy being trained drives that seat too
 
 
 class SeatRowError(UserError, ValueError):
@@ -56,6 +57,16 @@ class SeatRow(BaseModel):
                 f"{seats - 1})"
             )
         return list(self.partners)
+
+    def seat_specs(self, seats: int) -> list[str]:
+        """Every seat's spec in seat order, the row's own seat ``SELF`` (the policy)."""
+        others = iter(self.partner_specs(seats))
+        return [SELF if s == self.seat else next(others) for s in range(seats)]
+
+    def driven_seats(self, seats: int) -> list[int]:
+        """The seats the policy drives in this row's episode: the row's seat, then every ``SELF`` partner's."""
+        specs = self.seat_specs(seats)
+        return [self.seat, *(s for s, spec in enumerate(specs) if spec == SELF and s != self.seat)]
 
 
 def _family(scenario: Scenario) -> str:
@@ -132,27 +143,42 @@ class SessionMaker:
 
     def open(self, row: SeatRow | dict, stand_ins: bool = False) -> SeatSession:
         """A session for ``row`` (not started). ``stand_ins``: partners that are not rule agents pass instead of
-        playing (to read a seat's opening prompt without calling a model)."""
-        row = row if isinstance(row, SeatRow) else SeatRow.model_validate(row)
+        playing (to read a seat's opening prompt without calling a model). A self-play row (a ``SELF`` partner)
+        opens with ``open_together``, except with ``stand_ins``."""
+        sessions = self.open_together(row, stand_ins)
+        if len(sessions) > 1 and not stand_ins:
+            raise SeatRowError(f"row {_row(row).scenario!r} is a self-play row: open it with open_together")
+        return sessions[0]
+
+    def open_together(self, row: SeatRow | dict, stand_ins: bool = False) -> list[SeatSession]:
+        """The sessions of one episode of ``row``'s start, one per seat the policy drives (``driven_seats``: the
+        row's seat first, then each ``SELF`` partner's seat), not started. Without a ``SELF`` partner: one."""
+        row = _row(row)
         try:
             setup = sample_setup(self.library, seed=row.seed, scenario=row.scenario)
         except Exception as exc:
             raise SeatRowError(f"row {row.scenario!r}: {exc}") from None
-        specs = row.partner_specs(setup.scenario.num_agents)
+        seats = setup.scenario.num_agents
+        specs = row.seat_specs(seats)
+        driven = [row.seat] if stand_ins else row.driven_seats(seats)
+        if len(driven) > 1 and _family(setup.scenario) == "verifiable":
+            raise SeatRowError(
+                f"row {row.scenario!r}: a verifiable scenario is played against its rule partner (it holds the hidden "
+                "type); self-play is for SOTOPIA scenarios and games"
+            )
         partners = [
             _passing() if stand_ins and spec not in RULE_AGENTS else load_agent(spec, api_base=self.api_base)
-            for spec in specs
+            for s, spec in enumerate(specs)
+            if s not in driven
         ]
-        others = iter(specs)
-        seat_specs = ["policy" if s == row.seat else next(others) for s in range(setup.scenario.num_agents)]
-        return SeatSession(
+        return SeatSession.together(
             setup,
-            row.seat,
+            driven,
             partners,
             self.judge(row.evaluator),
             EnvConfig(max_turns=row.max_turns),
             seed=row.seed,
-            specs=seat_specs,
+            specs=["policy" if spec == SELF else spec for spec in specs],
             dense_reward=row.dense_reward,
             prompt=self.prompt,
         )
@@ -163,6 +189,10 @@ class SessionMaker:
         turn = (loop or BackgroundLoop.shared()).run(session.start())
         session.close()
         return turn.messages[0]["content"]
+
+
+def _row(row: SeatRow | dict) -> SeatRow:
+    return row if isinstance(row, SeatRow) else SeatRow.model_validate(row)
 
 
 def trl_dataset(rows: Sequence[SeatRow], maker: SessionMaker | None = None):

@@ -8,6 +8,7 @@ uses, with a ``DrivenSeat`` in the caller's seat, an agent whose ``act`` hands i
 the caller's move. So partners' moves, private messages (``to``), games' phases and choices, termination and the
 judge's rating are exactly those of our own episodes.
 
+- ``DrivenSeat`` (``sotopia_env.seat_driver``) is the caller's seat inside ``play``.
 - ``start()`` plays the partners up to the seat's first move and returns a ``SeatTurn``: the seat's observation
   as ``render_prompt`` messages (what an ``LLMAgent`` in that seat would be prompted with), and ``update``, the
   lines that are new to the seat since its last move plus whose move it is (what a multi-turn chat appends).
@@ -29,10 +30,11 @@ caller has several sessions waiting at once: ``training.trl_rollouts`` gathers a
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sotopia_env.actions import ActionType, AgentAction, InvalidAction, coerce_action
 from sotopia_env.agents.base import Agent
@@ -44,6 +46,7 @@ from sotopia_env.limits import ANSWER_RETRIES
 from sotopia_env.observation import Observation, SeatView
 from sotopia_env.prompt import SOTOPIA, prompt_function, render_prompt
 from sotopia_env.rewards import episode_reward
+from sotopia_env.seat_driver import DrivenSeat
 
 T = TypeVar("T")
 MAX_RETRIES = ANSWER_RETRIES  # as LLMAgent's: a seat gets three tries at a move
@@ -60,19 +63,6 @@ class SeatTurn:
     error: str | None = None  # why the last move was refused (the seat moves again), or why the episode broke
     reward: float | None = None  # at the end: the judge's score of the seat; None when unrated
     termination_reason: str | None = None
-
-
-class DrivenSeat:
-    """The caller's seat inside ``play``: each observation it is asked to act on goes out on ``asked``, and the
-    move it returns is the next one put on ``moves``."""
-
-    def __init__(self) -> None:
-        self.asked: asyncio.Queue[Observation] = asyncio.Queue(maxsize=1)
-        self.moves: asyncio.Queue[AgentAction] = asyncio.Queue(maxsize=1)
-
-    async def act(self, observation: Observation) -> AgentAction:
-        await self.asked.put(Observation.from_env(observation))
-        return await self.moves.get()
 
 
 def move_problem(action: AgentAction, observation: Observation) -> str | None:
@@ -94,9 +84,18 @@ def _user_tail(messages: list[dict[str, str]]) -> str:
     return messages[-1]["content"].rpartition("\n\n")[2]
 
 
+class _Episode:
+    """The one ``play`` that every driven seat of an episode shares (one session alone, or a self-play set)."""
+
+    def __init__(self, agents: list[Agent]) -> None:
+        self.agents = agents
+        self.task: asyncio.Task[EpisodeLog] | None = None
+
+
 class SeatSession:
     """One episode with the caller in ``seat`` and ``partners`` (one agent per other seat, in seat order) in the
-    others; rated by ``evaluator`` at the end (None: unrated)."""
+    others; rated by ``evaluator`` at the end (None: unrated). ``SeatSession.together`` opens one session per seat
+    of a self-play set: the caller drives several seats of one episode."""
 
     def __init__(
         self,
@@ -123,7 +122,8 @@ class SeatSession:
         prompt_function(prompt)  # an unknown name fails here
         self.driven = DrivenSeat()
         others = iter(partners)
-        self.agents: list[Agent] = [self.driven if s == seat else next(others) for s in range(seats)]
+        self._episode = _Episode([self.driven if s == seat else next(others) for s in range(seats)])
+        self._started = False
         self.specs = list(specs) if specs is not None else None
         self.name = setup.agent_names[seat]
         self.log: EpisodeLog | None = None
@@ -131,7 +131,50 @@ class SeatSession:
         self._view = SeatView.of(setup, seat)
         self._seen = 0  # history entries the seat has been shown
         self._refused = 0
-        self._task: asyncio.Task[EpisodeLog] | None = None
+
+    @classmethod
+    def together(
+        cls,
+        setup: EpisodeSetup,
+        seats: Sequence[int],
+        partners: Sequence[Agent],
+        evaluator: Evaluator | None,
+        config: EnvConfig | None = None,
+        seed: int | None = None,
+        specs: Sequence[str] | None = None,
+        dense_reward: float = 0.0,
+        max_retries: int = MAX_RETRIES,
+        prompt: str = SOTOPIA,
+    ) -> list[SeatSession]:
+        """One session per seat in ``seats`` (in that order), all in one episode: the caller drives each of them
+        (self-play), ``partners`` the other seats (in seat order). Each session sees, is refused and is rated as a
+        lone session in its seat would be; the episode moves on when the seat whose turn it is moves."""
+        n = setup.scenario.num_agents
+        if len(set(seats)) != len(seats) or not seats:
+            raise ValueError(f"scenario {setup.scenario.id!r}: driven seats {list(seats)} must be distinct, at least 1")
+        if len(partners) != n - len(seats):
+            raise ValueError(
+                f"scenario {setup.scenario.id!r} needs {n - len(seats)} partner(s) beside {len(seats)} driven "
+                f"seat(s), got {len(partners)}"
+            )
+        placeholders = [cast(Agent, None)] * (n - 1)
+        settings = dict(config=config, seed=seed, specs=specs, dense_reward=dense_reward, max_retries=max_retries)
+        sessions = [cls(setup, s, placeholders, evaluator, prompt=prompt, **settings) for s in seats]
+        driven = {session.seat: session.driven for session in sessions}
+        others = iter(partners)
+        episode = _Episode([driven[s] if s in driven else next(others) for s in range(n)])
+        for session in sessions:
+            session._episode = episode
+        return sessions
+
+    @property
+    def agents(self) -> list[Agent]:
+        """Every seat's agent, in seat order (the driven ones are ``DrivenSeat``s)."""
+        return self._episode.agents
+
+    @property
+    def _task(self) -> asyncio.Task[EpisodeLog] | None:
+        return self._episode.task
 
     @property
     def done(self) -> bool:
@@ -144,11 +187,13 @@ class SeatSession:
     async def start(self) -> SeatTurn:
         from sotopia_env.episodes.runner import play
 
-        if self._task is not None:
+        if self._started:
             raise RuntimeError("this session has started already; open a new one for another episode")
-        self._task = asyncio.ensure_future(
-            play(self.setup, self.agents, self.evaluator, self.config, self.specs, seed=self.seed)
-        )
+        self._started = True
+        if self._episode.task is None:  # the first of a self-play set to start plays the episode for all
+            self._episode.task = asyncio.ensure_future(
+                play(self.setup, self.agents, self.evaluator, self.config, self.specs, seed=self.seed)
+            )
         return await self._next()
 
     async def step(self, action: Any) -> SeatTurn:
@@ -254,6 +299,10 @@ class BackgroundLoop:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on this loop and return at once: its (thread-safe) future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` on this loop from another loop (e.g. TRL's async tool loop)."""

@@ -19,20 +19,25 @@ samples run concurrently on the process's ``BackgroundLoop``, where their backen
   dropped, as TRL drops it, and the episode is finished as our agents would (the pending move fails).
 - **Reward.** Every episode is finished and rated at the end, all judges at once; ``episode_reward`` (a reward
   function) returns the judge's goal score, ``None`` when it could not be rated (TRL leaves it out of the baseline).
+- **Self-play.** A row whose partner is ``SELF`` (``"self"``) has the policy in those seats too. The batch's
+  k-th prompt of each seat of one start (rows equal but for their seat) share the k-th episode, each a sample of
+  its own seat with its own seat's rating; TRL's groups are per prompt, so advantages are per (start, seat). A
+  driven seat no prompt of the batch asks for is played by the policy as a shadow (not returned). Each round the
+  batch waits until every episode has a seat to move (``_settle``), so seats of one episode move in turn.
 - **The policy** is ``TrainerPolicy`` (the trainer's own generation: vLLM or transformers, weights synced as TRL
   syncs them) unless ``policy=`` gives another (``ScriptedToolPolicy`` in the tests and the benchmark).
 """
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sotopia_env.training.seat_rows import SeatRow, SessionMaker
+from sotopia_env.training.seat_rows import SELF, SeatRow, SessionMaker
 from sotopia_env.training.seat_session import BackgroundLoop, SeatSession, SeatTurn
 from sotopia_env.training.trl_env import TOOL_OF, EpisodeCallback, tool_chat_template, tool_schemas
 
@@ -81,12 +86,16 @@ class _Sample:
     """One rollout: its session, its token ids so far, and whether it still moves."""
 
     session: SeatSession
+    index: int | None = None  # its prompt's place in the batch; None: a self-play shadow seat (not returned)
     prompt_ids: list[int] = field(default_factory=list)
     completion: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)  # 1: the policy's tokens, 0: the tools' answers
     live: bool = True
     calls: int = 0
+    last_tool: str = ""  # the tool of its last call (whose answer comes next)
+    pending: concurrent.futures.Future[SeatTurn] | None = None  # its start or move, on the background loop
+    ending: concurrent.futures.Future[Any] | None = None  # its ``finish``, once it stopped moving
 
 
 def row_of(prompt: list[dict[str, Any]]) -> SeatRow:
@@ -154,40 +163,95 @@ class EpisodeRollouts:
         budget = getattr(args, "max_completion_length", None) or 256
         max_calls = getattr(args, "max_tool_calling_iterations", None) or 10**6
         rows = [row_of(p) for p in prompts]
-        samples: list[_Sample] = []
+        episodes = self._open(rows)
+        samples = [sample for episode in episodes for sample in episode]
         try:
-            samples += self._all(self._begin(row) for row in rows)
-            while live := [s for s in samples if s.live]:
-                new_ids, new_logprobs = policy.generate([s.prompt_ids + s.completion for s in live])
+            for sample in samples:
+                sample.pending = self.loop.submit(self._begin(sample))
+            while any(sample.live for sample in samples):
+                ready = self._settle(episodes, budget)
+                if not ready:
+                    continue
+                new_ids, new_logprobs = policy.generate([s.prompt_ids + s.completion for s in ready])
                 logprobs = new_logprobs or [[0.0] * len(ids) for ids in new_ids]
-                turns = zip(live, new_ids, logprobs, strict=True)
-                self._all(self._advance(s, list(i), list(lp), budget, max_calls) for s, i, lp in turns)
-            rewards = self._all(self._finish(s.session) for s in samples)
+                for sample, ids, lps in zip(ready, new_ids, logprobs, strict=True):
+                    self._take_turn(sample, list(ids), list(lps), budget, max_calls)
+            outputs = sorted((s for s in samples if s.index is not None), key=lambda s: s.index or 0)
+            endings = [s.ending or self.loop.submit(s.session.finish()) for s in outputs]
+            rewards = [self._rated(s, ending.result()) for s, ending in zip(outputs, endings, strict=True)]
         finally:
             for sample in samples:
                 sample.session.close()  # only an episode a failure left unfinished
         return {
-            "prompt_ids": [s.prompt_ids for s in samples],
-            "completion_ids": [s.completion for s in samples],
-            "logprobs": [s.logprobs for s in samples],
-            "env_mask": [s.mask for s in samples],
+            "prompt_ids": [s.prompt_ids for s in outputs],
+            "completion_ids": [s.completion for s in outputs],
+            "logprobs": [s.logprobs for s in outputs],
+            "env_mask": [s.mask for s in outputs],
             REWARD_FIELD: rewards,
         }
 
-    # Each sample's own work (its setup, parsing its call, rendering its answer) runs in its coroutine, so one
-    # sample's CPU work overlaps the other samples' calls in flight.
+    def _open(self, rows: list[SeatRow]) -> list[list[_Sample]]:
+        """The batch's episodes, each a list of samples (one per driven seat). A row without a ``SELF`` partner is
+        one sample in its own episode. Self-play rows are paired: the k-th prompt of each seat of the same start
+        (the same row but for its seat) share the k-th episode, each a sample of its own seat; a driven seat no
+        prompt of the batch asks for is played by the policy too, as a shadow sample that is not returned."""
+        episodes: list[list[_Sample]] = []
+        waiting: dict[str, list[dict[int, int]]] = {}  # start -> per episode: seat -> the prompt's index
+        for index, row in enumerate(rows):
+            if SELF not in row.partners:
+                episodes.append([_Sample(self.maker.open(row), index=index)])
+                continue
+            start = json.dumps([row.model_dump(exclude={"seat", "partners"}), sorted(row.partners)], sort_keys=True)
+            slots = waiting.setdefault(start, [])
+            free = next((slot for slot in slots if row.seat not in slot), None)
+            if free is None:
+                slots.append(free := {})
+            free[row.seat] = index
+        for slots in waiting.values():
+            for slot in slots:
+                first = rows[min(slot.values())]
+                sessions = self.maker.open_together(first)
+                episodes.append([_Sample(s, index=slot.get(s.seat)) for s in sessions])
+                if unknown := set(slot) - {s.seat for s in sessions}:
+                    raise ValueError(f"row {first.scenario!r}: seats {sorted(unknown)} are not driven in its episode")
+        return episodes
 
-    async def _begin(self, row: SeatRow) -> _Sample:
-        sample = _Sample(self.maker.open(row))
-        turn = await sample.session.start()
-        sample.prompt_ids = self._render(turn.messages, add_generation_prompt=True)
+    def _settle(self, episodes: list[list[_Sample]], budget: int) -> list[_Sample]:
+        """Wait until every episode still played has a turn for one of its live samples (the others wait for that
+        seat's move), take those turns in, and return the samples that are to move now."""
+        for episode in episodes:
+            pending = [s.pending for s in episode if s.live and s.pending is not None]
+            if pending:
+                concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+        ready = []
+        for sample in (s for episode in episodes for s in episode):
+            if sample.live and sample.pending is not None and sample.pending.done():
+                turn, sample.pending = sample.pending.result(), None
+                self._take_answer(sample, turn, budget)
+                if sample.live:
+                    ready.append(sample)
+                else:
+                    self._end(sample)
+        return ready
+
+    def _take_answer(self, sample: _Sample, turn: SeatTurn, budget: int) -> None:
+        """The seat's observation after its last move (its first: the prompt; later: the tool's answer), within
+        the budget (out of budget: the answer is dropped, as TRL drops it, and the sample ends)."""
+        if not sample.prompt_ids:
+            sample.prompt_ids = self._render(turn.messages, add_generation_prompt=True)
+        else:
+            suffix = self._suffix(sample.last_tool, turn.update)
+            if len(sample.completion) + len(suffix) > budget:
+                sample.live = False
+                return
+            sample.completion += suffix
+            sample.logprobs += [0.0] * len(suffix)
+            sample.mask += [0] * len(suffix)
         sample.live = not turn.done
-        return sample
 
-    async def _advance(
-        self, sample: _Sample, ids: list[int], logprobs: list[float], budget: int, max_calls: int
-    ) -> None:
-        """Take the policy's turn: its tokens, then (a tool call) the move and the answer, within the budget."""
+    def _take_turn(self, sample: _Sample, ids: list[int], logprobs: list[float], budget: int, max_calls: int) -> None:
+        """The policy's turn: its tokens within the budget, then its tool call as the seat's move (started on the
+        loop, taken in by ``_settle``); no call, or no call left: the sample ends."""
         kept = ids[: budget - len(sample.completion)]
         sample.completion += kept
         sample.logprobs += logprobs[: len(kept)]
@@ -195,25 +259,29 @@ class EpisodeRollouts:
         call = self._tool_call(kept, sample.prompt_ids) if len(kept) == len(ids) else None
         if call is None or sample.calls >= max_calls:
             sample.live = False
+            self._end(sample)
             return
-        turn = await self._move(sample, call)
         sample.calls += 1
-        suffix = self._suffix(call["name"], turn.update)
-        if len(sample.completion) + len(suffix) > budget:
-            sample.live = False  # out of budget: the answer is dropped, as TRL drops it
-            return
-        sample.completion += suffix
-        sample.logprobs += [0.0] * len(suffix)
-        sample.mask += [0] * len(suffix)
-        sample.live = not turn.done
+        sample.last_tool = call["name"]
+        sample.pending = self.loop.submit(self._move(sample, call))
 
-    def _all(self, coros: Any) -> list[Any]:
-        """Run the coroutines concurrently on the background loop (where the partners' backends batch)."""
+    def _end(self, sample: _Sample) -> None:
+        """A sample that stops moving: its episode is finished now (its pending move fails), so the seats it
+        shares the episode with are not kept waiting, and it is rated with the rest."""
+        if sample.ending is None:
+            sample.ending = self.loop.submit(sample.session.finish())
 
-        async def gather() -> list[Any]:
-            return list(await asyncio.gather(*coros))
+    def _rated(self, sample: _Sample, log: Any) -> float | None:
+        reward = sample.session.reward
+        if self.on_episode is not None:
+            self.on_episode(log, reward)
+        return reward
 
-        return self.loop.run(gather())
+    # Each sample's own work (its setup, its move) runs in its coroutine on the background loop, so one sample's
+    # CPU work overlaps the other samples' partner and judge calls in flight.
+
+    async def _begin(self, sample: _Sample) -> SeatTurn:
+        return await sample.session.start()
 
     async def _move(self, sample: _Sample, call: dict[str, Any]) -> SeatTurn:
         kind, text = ACTION_OF_TOOL[call["name"]]
@@ -222,13 +290,6 @@ class EpisodeRollouts:
         if arguments.get("to") is not None:
             action["to"] = arguments["to"]
         return await sample.session.step(action)
-
-    async def _finish(self, session: SeatSession) -> float | None:
-        log = await session.finish()
-        reward = session.reward
-        if self.on_episode is not None:
-            self.on_episode(log, reward)
-        return reward
 
     def _tool_call(self, ids: list[int], prefix: list[int]) -> dict[str, Any] | None:
         """The first call of a known tool in a turn, or None (no call: the rollout ends). Hermes-style templates

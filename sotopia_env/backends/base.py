@@ -33,6 +33,10 @@ class ChatRequest:
     # The tools the model may call (JSON schemas, ``sotopia_env.tool_calls.tool_schemas``): rendered by the local
     # backend's chat template, sent as ``tools`` to a server, whose parsed calls come back in ``meta["tool_calls"]``.
     tools: list[dict[str, Any]] | None = None
+    # With ``tools``: the JSON schema one tool call (``{"name": ..., "arguments": ...}``) must follow
+    # (``sotopia_env.tool_calls.tool_call_schema``). The local backend constrains the whole reply to one such call,
+    # written as its chat template writes a call (``tool_wire.call_format``); other backends ignore it.
+    call_schema: dict[str, Any] | None = None
 
 
 def prompt_text(
@@ -144,6 +148,7 @@ class GenerationSettings:
         avoid_copying: tuple[str, ...] = (),
         favour_words: tuple[str, ...] = (),
         tools: list[dict[str, Any]] | None = None,
+        call_schema: dict[str, Any] | None = None,
     ) -> ChatRequest:
         """A request with these settings. ``seed_offset`` varies the seed per call (e.g. per turn), so a
         seeded run is reproducible without every call sampling the same noise."""
@@ -159,6 +164,7 @@ class GenerationSettings:
             favour_words=favour_words if self.topic_bias else (),
             favour_bias=self.topic_bias,
             tools=tools,
+            call_schema=call_schema,
         )
 
 

@@ -28,6 +28,7 @@ from sotopia_env.backends.remote import (
 )
 from sotopia_env.embedded_models import EMBEDDED_MODELS, UnknownModel
 from sotopia_env.errors import did_you_mean
+from sotopia_env.specs import ModelSpec
 
 
 def import_litellm() -> Any:
@@ -47,7 +48,7 @@ class LiteLLMBackend(RemoteBackend):
 
     def __init__(
         self,
-        model: str,
+        model: ModelSpec | str,
         api_base: ApiBase = None,
         api_key: str | None = None,
         *,
@@ -59,21 +60,22 @@ class LiteLLMBackend(RemoteBackend):
     ) -> None:
         litellm = import_litellm()
         self._litellm = litellm
-        api_base = ModelServers.parse(api_base)
-        prefix = model.split("/", 1)[0]
-        if api_base is not None and ("/" not in model or prefix not in litellm.provider_list):
-            self.litellm_model = f"openai/{model}"
+        spec = ModelSpec.parse(model)  # the fields below, never the string again
+        api_base = ModelServers.parse(api_base)  # parsed once here; RemoteBackend takes it as it is
+        provider = spec.provider
+        if api_base is not None and provider not in litellm.provider_list:  # a server's own model name
+            provider, self.litellm_model = "openai", f"openai/{spec.name}"
         else:
-            self.litellm_model = model
+            self.litellm_model = spec.name
         if api_base is None:
-            _check_provider(litellm, model)
-        openai_compatible = api_base is not None and self.litellm_model.split("/", 1)[0] in OPENAI_COMPATIBLE
+            _check_provider(litellm, spec.name)
+        openai_compatible = api_base is not None and provider in OPENAI_COMPATIBLE
         if api_base is not None:  # without api_base, litellm reads the provider's env var
             api_key = server_api_key(api_key, openai_compatible)
         if structured_output is None:
             structured_output = openai_compatible or bool(litellm.supports_response_schema(model=self.litellm_model))
         super().__init__(
-            model,
+            spec.name,
             api_base,
             api_key,
             structured_output=structured_output,

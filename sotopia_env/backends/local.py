@@ -19,7 +19,10 @@ processors alike (``_processors``), so they give the same replies.
 Requests with a ``json_schema`` are constrained
 by an xgrammar matcher per row, so their output is JSON that follows the schema, unless ``max_new_tokens``
 ends it first: that text is returned as is (``meta["finish_reason"] ==
-"length"``) and counted in ``stats.json_truncated``. A request's ``avoid_copying`` texts (an agent's earlier
+"length"``) and counted in ``stats.json_truncated``. A ``tools`` request with a ``call_schema`` (a policy trained
+through tool calls, ``sotopia_env.tool_calls``) is constrained alike to one tool call that follows it, written as the
+chat template writes a call (``tool_wire.call_format``: Hermes ``<tool_call>\n{"name": ..., "arguments": ...}\n
+</tool_call>``), then a stop token. A request's ``avoid_copying`` texts (an agent's earlier
 turns) are kept from being copied run by run, and its argument from opening as one of them did (``no_copy.py``).
 
 Prompt prefixes are cached (``prefix_cache.py``): an agent's prompt repeats its previous prompt's system
@@ -150,6 +153,8 @@ class LocalBackend:
         self._closers = closing_tokens(tokenizer)
         self._compiler: xgr.GrammarCompiler | None = None
         self._grammars: dict[str, xgr.CompiledGrammar] = {}
+        # a grammar whose reply ends in more than JSON's closers (a tool call's suffix): the steps it keeps to close
+        self._reserves: dict[int, tuple[xgr.CompiledGrammar, int]] = {}
         self._texts: TokenTexts | None = None  # every token's text, built at the first request that needs it
         self._tool_template: str | None = None  # a ``tools`` request's template ("": the tokenizer's own)
         self._lock = threading.Lock()  # one batch at a time, whatever the event loop
@@ -428,7 +433,8 @@ class LocalBackend:
         if first.repetition_penalty != 1.0:  # over the reply only: the prompt's words stay free to use
             processors.append(RepetitionPenaltyLogitsProcessor(float(first.repetition_penalty), prompt_len))
         if any(g is not None for g in grammars):
-            processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers))
+            reserves = [self._reserves.get(id(g), (g, CLOSE_RESERVE))[1] for g in grammars]
+            processors.append(_GrammarMask(grammars, limits, self._vocab_size, self._closers, reserves))
         if any(r.favour_words and r.favour_bias for r in requests):
             tokens = [favoured_tokens(self.tokenizer, r.favour_words) for r in requests]
             processors.append(TopicBias(tokens, [r.favour_bias for r in requests]))
@@ -552,19 +558,25 @@ class LocalBackend:
     def _prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         if not tools:
             return prompt_text(messages, self.tokenizer)
+        return str(
+            self.tokenizer.apply_chat_template(
+                messages, tools=tools, chat_template=self._tools_template(), add_generation_prompt=True, tokenize=False
+            )
+        )
+
+    def _tools_template(self) -> str | None:
+        """The chat template of ``tools`` requests (None: the tokenizer's own, which renders tool calls)."""
         if self._tool_template is None:  # checked once: the tokenizer's own template when it renders tool calls
             from sotopia_env.backends.tool_wire import tool_template
 
             self._tool_template = tool_template(self.tokenizer) or ""
-        template = self._tool_template or None
-        return str(
-            self.tokenizer.apply_chat_template(
-                messages, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False
-            )
-        )
+        return self._tool_template or None
 
     def _constraint(self, request: ChatRequest) -> xgr.CompiledGrammar | None:
-        """The compiled grammar for a request's JSON schema or regex (cached), or None when unconstrained."""
+        """The compiled grammar for a request's tool call, JSON schema or regex (cached), or None when
+        unconstrained."""
+        if request.tools and request.call_schema is not None:
+            return self._grammar(json.dumps(_without_lengths_beside_patterns(request.call_schema)), "tool_call")
         if request.json_schema is not None:  # xgrammar keeps the property order
             return self._grammar(json.dumps(_without_lengths_beside_patterns(request.json_schema)), "json")
         if request.regex is not None:
@@ -583,9 +595,30 @@ class LocalBackend:
                 self._compiler = xgr.GrammarCompiler(info)
             if kind == "json":  # one-line JSON with fixed separators: no whitespace loops, fewer tokens
                 self._grammars[key] = self._compiler.compile_json_schema(source, any_whitespace=False)
+            elif kind == "tool_call":
+                self._grammars[key] = self._tool_call_grammar(source)
             else:
                 self._grammars[key] = self._compiler.compile_regex(source)
         return self._grammars[key]
+
+    def _tool_call_grammar(self, schema: str) -> xgr.CompiledGrammar:
+        """One tool call that follows ``schema``, as the ``tools`` template writes a call: its prefix, the call's
+        one-line JSON (the template's separators), its suffix; the stop token follows (the matcher ends there)."""
+        import xgrammar as xgr
+
+        from sotopia_env.backends.tool_wire import call_format
+
+        assert self._compiler is not None
+        stops = [self.tokenizer.decode([t]) for t in sorted(self._stop_ids)]
+        form = call_format(self.tokenizer, self._tools_template(), stops)
+        parts = [xgr.Grammar.from_ebnf(f"root ::= {_ebnf_literal(form.prefix)}")] if form.prefix else []
+        parts.append(xgr.Grammar.from_json_schema(schema, any_whitespace=False, separators=form.separators))
+        if form.suffix:
+            parts.append(xgr.Grammar.from_ebnf(f"root ::= {_ebnf_literal(form.suffix)}"))
+        compiled = self._compiler.compile_grammar(xgr.Grammar.concat(*parts) if len(parts) > 1 else parts[0])
+        tail = len(self.tokenizer(form.suffix, add_special_tokens=False)["input_ids"]) if form.suffix else 0
+        self._reserves[id(compiled)] = (compiled, CLOSE_RESERVE + tail)  # room to close the JSON, then the suffix
+        return compiled
 
     def close(self) -> None:
         """Free the weights; later requests fail with an error completion."""
@@ -593,6 +626,7 @@ class LocalBackend:
             self._closed = True
             self.lm = None
             self._grammars.clear()
+            self._reserves.clear()
             self._compiler = None
             if self._prefix is not None:
                 self._prefix.clear()
@@ -651,9 +685,11 @@ def closing_tokens(tokenizer: Any) -> list[tuple[int, str]]:
 class _GrammarMask(LogitsProcessor):
     """Masks each constrained row's logits to what its xgrammar matcher allows; other rows are left alone.
 
-    A row within ``CLOSE_RESERVE`` steps of its ``max_new_tokens`` is held to the closing tokens its grammar
-    allows, when it allows any: the action schema's worded argument has no length bound in the grammar (a
-    bounded repetition made the mask ~10,000x slower), so this is what lets a long reply still end as JSON.
+    A row within its reserve (``CLOSE_RESERVE`` steps, more for a tool call: its suffix's tokens too) of its
+    ``max_new_tokens`` is held to the closing tokens its grammar allows, when it allows any: the action schema's
+    worded argument has no length bound in the grammar (a bounded repetition made the mask ~10,000x slower), so
+    this is what lets a long reply still end as JSON (and a tool call's suffix, which the grammar alone allows
+    once the JSON is closed).
     """
 
     def __init__(
@@ -662,12 +698,14 @@ class _GrammarMask(LogitsProcessor):
         limits: list[int],
         vocab_size: int,
         closers: list[tuple[int, str]] | None = None,
+        reserves: list[int] | None = None,
     ) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
         self.matchers = [xgr.GrammarMatcher(g) if g is not None else None for g in grammars]
         self.limits = limits
+        self.reserves = reserves or [CLOSE_RESERVE] * len(grammars)
         self.bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
         self.vocab_size = vocab_size
         self.closers = [c for c, _ in closers or [] if c < vocab_size]
@@ -699,7 +737,7 @@ class _GrammarMask(LogitsProcessor):
                 continue
             if not matcher.is_terminated():
                 matcher.fill_next_token_bitmask(self.bitmask, i)
-                if self.limits[i] - self.step <= CLOSE_RESERVE:
+                if self.limits[i] - self.step <= self.reserves[i]:
                     self._close(i)
                 active.append(i)
         self.step += 1
@@ -832,6 +870,11 @@ def _without_lengths_beside_patterns(schema: Any) -> Any:
         for k, v in schema.items()
         if not (patterned and k in ("minLength", "maxLength"))
     }
+
+
+def _ebnf_literal(text: str) -> str:
+    """``text`` as an EBNF string literal (xgrammar's escapes are JSON's)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _is_json(text: str) -> bool:

@@ -32,6 +32,7 @@ from sotopia_env.backends.remote import (
     Reply,
     server_api_key,
 )
+from sotopia_env.specs import ModelSpec
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -44,10 +45,10 @@ class HTTPError(Exception):
         self.status_code = status_code
 
 
-def server_model_name(model: str) -> str:
+def server_model_name(model: ModelSpec | str) -> str:
     """The name the server knows: ``openai/x`` and ``hosted_vllm/x`` are routing prefixes, not part of it."""
-    prefix, _, rest = model.partition("/")
-    return rest if rest and prefix in OPENAI_COMPATIBLE else model
+    spec = ModelSpec.parse(model)
+    return spec.model if spec.provider in OPENAI_COMPATIBLE and spec.model else spec.name
 
 
 class OpenAIHTTPBackend(RemoteBackend):
@@ -55,7 +56,7 @@ class OpenAIHTTPBackend(RemoteBackend):
 
     def __init__(
         self,
-        model: str,
+        model: ModelSpec | str,
         api_base: ApiBase,
         api_key: str | None = None,
         *,
@@ -65,8 +66,9 @@ class OpenAIHTTPBackend(RemoteBackend):
         backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     ) -> None:
+        spec = ModelSpec.parse(model)
         super().__init__(
-            model,
+            spec.text,
             api_base,
             server_api_key(api_key, openai_compatible=True),
             structured_output=structured_output,
@@ -76,7 +78,7 @@ class OpenAIHTTPBackend(RemoteBackend):
             backoff_base_s=backoff_base_s,
             max_concurrency=max_concurrency,
         )
-        self.server_model = server_model_name(model)
+        self.server_model = server_model_name(spec)
         self._sessions = LoopSessions({"Authorization": f"Bearer {self._api_key}"})
 
     async def aclose(self) -> None:

@@ -1,6 +1,6 @@
 """Turn a model spec string into a backend.
 
-Specs:
+Specs (read once, by ``sotopia_env.specs.ModelSpec.parse``; this module reads the parsed fields):
 
 - an alias of an embedded model (``smollm2-135m``): the local backend, weights from the cache;
 - ``local:<hub id or path>``: the local transformers backend;
@@ -22,49 +22,38 @@ training data for it is built with.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sotopia_env.backends.base import Backend
 from sotopia_env.backends.endpoints import ApiBase, ModelServers, pinned
+from sotopia_env.specs import ModelSpec
 
 _shared: dict[tuple, Backend] = {}
 
-# litellm providers that speak a protocol of their own at an api_base; any other prefix at an api_base
-# (none, ``openai/``, ``hosted_vllm/``, a hub organisation like ``Qwen/``) is an OpenAI-compatible server.
-LITELLM_NATIVE_PROVIDERS = frozenset(
-    {
-        "anthropic", "azure", "azure_ai", "bedrock", "cloudflare", "cohere", "cohere_chat", "databricks",
-        "gemini", "groq", "huggingface", "mistral", "ollama", "ollama_chat", "palm", "predibase", "replicate",
-        "sagemaker", "text-completion-openai", "together_ai", "triton", "vertex_ai", "watsonx",
-    }
-)  # fmt: skip
+
+def uses_openai_http(spec: ModelSpec | str, api_base: ApiBase) -> bool:
+    """Whether ``spec`` at ``api_base`` goes to the lean OpenAI-protocol client rather than litellm (a model run
+    here goes to neither: ``ModelSpec.route``)."""
+    spec = ModelSpec.parse(spec)
+    return not spec.is_local and spec.route(ModelServers.parse(api_base)) == "openai_http"
 
 
-def uses_openai_http(spec: str, api_base: ApiBase) -> bool:
-    """Whether ``spec`` at ``api_base`` goes to the lean OpenAI-protocol client rather than litellm."""
-    if api_base is None or spec.startswith("litellm:"):
-        return False
-    prefix, slash, _ = spec.partition("/")
-    return not slash or prefix not in LITELLM_NATIVE_PROVIDERS
+def is_local_spec(spec: ModelSpec | str) -> bool:
+    """Whether ``spec``'s model runs here (``ModelSpec.is_local``)."""
+    return ModelSpec.parse(spec).is_local
 
 
-def is_local_spec(spec: str) -> bool:
-    from sotopia_env.embedded_models import EMBEDDED_MODELS
-
-    return spec in EMBEDDED_MODELS or spec.startswith("local:") or Path(spec).is_dir()
-
-
-def prompt_for_model(spec: str) -> str:
+def prompt_for_model(spec: ModelSpec | str) -> str:
     """The prompt ``spec``'s model is prompted with: a trained model directory's own (what it was trained on),
     ``chat`` for any other model run here (the embedded small models, a ``local:`` hub id, a model directory),
     SOTOPIA's for a model behind an API."""
     from sotopia_env.model_ref import model_prompt
 
-    trained = model_prompt(spec.removeprefix("local:"))
+    spec = ModelSpec.parse(spec)
+    trained = model_prompt(spec.name) if spec.is_local else None
     if trained is not None:
         return trained  # an agent built with it checks the name (``sotopia_env.prompt.prompt_function``)
-    return "chat" if is_local_spec(spec) else "sotopia"
+    return "chat" if spec.is_local else "sotopia"
 
 
 def release_backends(specs: set[str] | None = None, keep: object = None) -> None:
@@ -80,24 +69,28 @@ def release_backends(specs: set[str] | None = None, keep: object = None) -> None
             close()
 
 
-def resolve_backend(spec: str, api_base: ApiBase = None, api_key: str | None = None, **options: Any) -> Backend:
-    """The shared backend for ``spec``; ``api_base`` may name several servers (``endpoints.ModelServers``), of
-    which an ``endpoint_share`` keeps its own."""
+def resolve_backend(
+    spec: ModelSpec | str, api_base: ApiBase = None, api_key: str | None = None, **options: Any
+) -> Backend:
+    """The shared backend for ``spec`` (a ``ModelSpec``, or a string parsed here once); ``api_base`` may name
+    several servers (``endpoints.ModelServers``), of which an ``endpoint_share`` keeps its own."""
+    spec = ModelSpec.parse(spec)
     api_base = pinned(ModelServers.parse(api_base))
-    key = (spec, api_base, tuple(sorted(options.items())))
+    key = (spec.text, api_base, tuple(sorted(options.items())))
     if key in _shared:
         return _shared[key]
-    if is_local_spec(spec):
+    route = spec.route(api_base)
+    if route == "local":
         from sotopia_env.backends.local import LocalBackend
 
-        backend: Backend = LocalBackend.from_spec(spec.removeprefix("local:"), **options)
-    elif uses_openai_http(spec, api_base):
+        backend: Backend = LocalBackend.from_spec(spec.name, **options)
+    elif route == "openai_http":
         from sotopia_env.backends.openai_http import OpenAIHTTPBackend
 
         backend = OpenAIHTTPBackend(spec, api_base=api_base, api_key=api_key, **options)
     else:
         from sotopia_env.backends.litellm_backend import LiteLLMBackend
 
-        backend = LiteLLMBackend(spec.removeprefix("litellm:"), api_base=api_base, api_key=api_key, **options)
+        backend = LiteLLMBackend(spec, api_base=api_base, api_key=api_key, **options)
     _shared[key] = backend
     return backend

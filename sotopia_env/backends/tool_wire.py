@@ -5,7 +5,7 @@ backends import nothing above them."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -59,3 +59,54 @@ def tool_template(tokenizer: Any) -> str | None:
             "the tokenizer's chat template has no tool calls: install trl (its ChatML tool template) or save the "
             "model with the template it was trained with"
         ) from None
+
+
+_PROBE_CALL = {"name": "speak_x1", "arguments": {"words_x2": "hello_x3", "to_x4": ["x5", "x6"]}}
+
+
+class CallFormat(NamedTuple):
+    """How a chat template writes one tool call as the assistant's whole turn: ``prefix``, the call's JSON object
+    ``{"name": ..., "arguments": ...}`` written with ``separators`` (item, key), then ``suffix``."""
+
+    prefix: str
+    suffix: str
+    separators: tuple[str, str]
+
+
+def call_format(tokenizer: Any, template: str | None = None, stops: list[str] | None = None) -> CallFormat:
+    """What the chat template (``template``, else the tokenizer's own) writes around one tool call's JSON in an
+    assistant turn: the text from the generation prompt to the call's ``{"name": ..., "arguments": ...}``, and from
+    its end to the first of ``stops`` (the texts of the tokens that end a turn; default the tokenizer's eos and
+    special tokens). Hermes/ChatML (TRL's ``qwen2_5.jinja``): ``"<tool_call>\\n"``, ``"\\n</tool_call>"``, and
+    ``json.dumps``'s separators. The local backend constrains a ``tools`` reply to that (then a stop token).
+    ValueError (one line) for a template that does not write the call as that JSON object after the generation
+    prompt."""
+    user = [{"role": "user", "content": "hi"}]
+    call = {"type": "function", "function": dict(_PROBE_CALL)}
+    turn = [*user, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    head = str(tokenizer.apply_chat_template(user, chat_template=template, add_generation_prompt=True, tokenize=False))
+    full = str(tokenizer.apply_chat_template(turn, chat_template=template, tokenize=False))
+    if not full.startswith(head):
+        raise ValueError("the chat template's assistant turn does not start with its generation prompt")
+    reply = full[len(head) :]
+    decoder = json.JSONDecoder()
+    for start in (k for k, c in enumerate(reply) if c == "{"):
+        try:
+            found, end = decoder.raw_decode(reply, start)
+        except ValueError:
+            continue
+        if found == _PROBE_CALL:
+            break
+    else:
+        raise ValueError('the chat template does not write a tool call as {"name": ..., "arguments": ...}')
+    suffix = reply[end:]
+    if stops is None:
+        stops = [tokenizer.eos_token, *getattr(tokenizer, "additional_special_tokens", [])]
+    stops = [t for t in stops if t]
+    cut = min((suffix.find(t) for t in stops if t in suffix), default=len(suffix))
+    written = reply[start:end]
+    layouts = ((", ", ": "), (",", ":"), (",", ": "), (", ", ":"))
+    separators = next((pair for pair in layouts if json.dumps(found, separators=pair) == written), None)
+    if separators is None:
+        raise ValueError(f"the chat template writes a tool call's JSON in a layout not known here: {written!r}")
+    return CallFormat(reply[:start], suffix[:cut], separators)

@@ -25,7 +25,6 @@ import random
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
@@ -44,15 +43,12 @@ class KindError(UserError, ValueError):
 
 
 def load_entry_point_group(group: str, add: Callable[[Any, str], Any]) -> None:
-    """Load every entry point of ``group`` and hand each to ``add(found, where)`` (the kinds' and the games'
-    registries); one that fails to load is a ``KindError`` naming it."""
-    for point in entry_points(group=group):
-        where = f"entry point {point.name!r} ({point.value}, group {group})"
-        try:
-            found = point.load()
-        except Exception as exc:
-            raise KindError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
-        add(found, where)
+    """Load every entry point of ``group`` and hand each to ``add(found, where)``; one that fails to load is a
+    ``KindError`` naming it. The registries load theirs through ``sotopia_env.registry.Registry``; this is the same
+    loop (``sotopia_env.registry.load_entry_point_group``), kept for callers of the old helper."""
+    from sotopia_env.registry import load_entry_point_group as load
+
+    load(group, lambda found, where, _name: add(found, where), KindError)
 
 
 _LEAVING = ("leave", "goodbye")

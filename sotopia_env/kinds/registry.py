@@ -1,7 +1,8 @@
 """The registry of rule sets: every verifiable kind by name and, through the games' own registry
 (``sotopia_env.games.registry``), every game's rule set.
 
-A kind gets in two ways, the style of every registry here (a call, plus an entry-point group):
+A kind gets in two ways, the style of every registry here (``sotopia_env.registry.Registry``: a call, plus an
+entry-point group):
 
 - ``KIND = register_kind(MyKind())`` at the bottom of its module. The built-in kinds (``bargaining``,
   ``scheduling``, ``persuasion``, ``split``) are imported by the package, ``sotopia_env.kinds``, which Python
@@ -36,29 +37,14 @@ from sotopia_env.kinds.base import (
     KindError,
     RuleSet,
     VerifiableFacts,
-    load_entry_point_group,
 )
+from sotopia_env.registry import Registry, same_class
 
 ENTRY_POINT_GROUP = "sotopia_env.kinds"
-
-_registered: dict[str, Kind] = {}  # the kinds; the games' rule sets are in sotopia_env.games.registry
-_loaded = False
 
 
 class NotVerifiable(UserError, ValueError):
     """A scenario without hidden facts where a verifiable one is needed."""
-
-
-def _load_entry_points() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True  # first: a plugin module that registers itself on import finds the registry ready
-    try:
-        load_entry_point_group(ENTRY_POINT_GROUP, _add)
-    except KindError:
-        _loaded = False  # every later lookup says so again, rather than go on without it
-        raise
 
 
 def _games() -> Any:
@@ -70,17 +56,9 @@ def _games() -> Any:
     return registry
 
 
-def _game_names() -> set[str]:
-    return {rules.name for rules in _games().game_rule_sets()}
-
-
-def _add(rule_set: Any, where: str, replace: bool = False) -> RuleSet:
+def _check_kind(rule_set: Any, where: str) -> Kind:
     if isinstance(rule_set, type):
         rule_set = rule_set()  # a class stands for its one instance
-    if isinstance(rule_set, RuleSet) and rule_set.section == GAME:  # a game's: the games' registry keeps it
-        if rule_set.name in _registered:
-            raise KindError(f"{where}: the name {rule_set.name!r} is taken by a verifiable kind")
-        return _games().add_game(rule_set, where, replace)
     if not isinstance(rule_set, RuleSet) or rule_set.section != VERIFIABLE:
         raise KindError(f"{where}: {rule_set!r} is not a rule set (a sotopia_env.kinds.Kind or a games' GameRules)")
     name = rule_set.name
@@ -91,40 +69,57 @@ def _add(rule_set: Any, where: str, replace: bool = False) -> RuleSet:
         model.model_fields["kind"].default != name
     ):
         raise KindError(f"{where}: facts_model must be a VerifiableFacts subclass with 'kind' defaulting to {name!r}")
-    known = _registered.get(name)
-    if known is not None and type(known) is not type(rule_set) and not replace:
-        taken = f"{type(known).__module__}.{type(known).__qualname__}"
-        raise KindError(f"{where}: the name {name!r} is taken by {taken} (pass replace=True to replace it)")
-    if known is None or replace:
-        _registered[name] = rule_set
-    return _registered[name]
+    return rule_set  # type: ignore[return-value]
+
+
+class _KindRegistry(Registry[Kind]):
+    """The kinds' registry; a game's rule set (by a call or the ``sotopia_env.kinds`` group) goes on to the games'
+    registry, as before the games had their own."""
+
+    def add(self, item: Any, where: str, name: str | None = None, replace: bool = False) -> Any:
+        if isinstance(item, type):
+            item = item()  # a class stands for its one instance
+        if isinstance(item, RuleSet) and item.section == GAME:  # a game's: the games' registry keeps it
+            if item.name in self._items:
+                raise KindError(f"{where}: the name {item.name!r} is taken by a verifiable kind")
+            return _games().add_game(item, where, replace)
+        return super().add(item, where, name, replace)
+
+
+KINDS: Registry[Kind] = _KindRegistry(
+    "verifiable kind",
+    ENTRY_POINT_GROUP,
+    error=KindError,
+    check=_check_kind,
+    name_of=lambda kind: kind.name,
+    same=same_class,
+)
 
 
 def register_kind(rule_set: Any, replace: bool = False) -> Any:
     """Register a verifiable kind (a ``Kind`` instance, or its class) under its ``name``; returns it. A game's
     rule set is passed on to the games' registry (``sotopia_env.games.registry.register_game``). A name taken by
     another rule set is a ``KindError`` unless ``replace``."""
-    return _add(rule_set, f"register_kind({type(rule_set).__name__})", replace)
+    return KINDS.add(rule_set, f"register_kind({type(rule_set).__name__})", replace=replace)
 
 
 def unregister_kind(name: str) -> None:
     """Forget the kind ``name`` (a test's toy kind, say); a built-in one comes back on the next process."""
-    _registered.pop(name, None)
+    KINDS.unregister(name)
 
 
 def rule_sets(section: str | None = None) -> list[RuleSet]:
     """Every registered rule set (of one ``section``: ``verifiable`` or ``game``), sorted by name."""
-    _load_entry_points()
-    kinds: list[RuleSet] = list(_registered.values()) if section != GAME else []
+    kinds: list[RuleSet] = list(KINDS.values()) if section != GAME else []
     games: list[RuleSet] = _games().game_rule_sets() if section != VERIFIABLE else []
     return sorted([*kinds, *games], key=lambda r: r.name)
 
 
 def rule_set(name: str, section: str | None = None) -> Any:
     """The rule set registered as ``name`` (in ``section``, when given); ``KindError`` names the known ones."""
-    _load_entry_points()
-    found: Any = _registered.get(name) if section != GAME else None
-    if section != VERIFIABLE and name in _game_names():
+    KINDS.load_entry_points()
+    found: Any = KINDS.get(name) if section != GAME else None
+    if section != VERIFIABLE and name in _games().GAMES:
         if found is not None:
             raise KindError(f"the name {name!r} is both a verifiable kind and a game's rule set; register one of them")
         found = _games().game_rules(name)

@@ -1,4 +1,10 @@
-"""The task registry: ``RLTask``, ``TaskError`` and ``@register_task`` (``training.rl.tasks`` builds tasks by name)."""
+"""The task registry: ``RLTask``, ``TaskError``, ``TASKS`` and ``@register_task`` (``training.rl.tasks`` builds tasks
+by name).
+
+``TASKS`` is a ``sotopia_env.registry.Registry`` of task builders: ``@register_task("name")`` (or
+``TASKS.register("name", builder)``) adds one, and an installed package adds its own through the entry-point group
+``sotopia_env.rl_tasks`` (``my-task = my_package.tasks:build_my_task``), loaded on the first lookup. A name taken
+by another builder is a one-line ``TaskError``."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sotopia_env.errors import UserError
+from sotopia_env.registry import Registry
 
 RewardFunc = Callable[..., list[float | None]]
 TaskBuilder = Callable[..., "RLTask"]  # (data, max_items, **options) -> RLTask
@@ -31,15 +38,20 @@ class RLTask:
             raise TaskError(f"task {self.name!r}: no reward functions")
 
 
-_TASKS: dict[str, TaskBuilder] = {}
+ENTRY_POINT_GROUP = "sotopia_env.rl_tasks"
 
 
-def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
-    """Decorator: register ``builder(data, max_items, **options) -> RLTask`` under ``name`` (a later one replaces
-    it)."""
+def _check_builder(builder: Any, where: str) -> TaskBuilder:
+    if not callable(builder):
+        raise TaskError(f"{where}: {builder!r} is not a task builder ((data, max_items, **options) -> RLTask)")
+    return builder
 
-    def register(builder: TaskBuilder) -> TaskBuilder:
-        _TASKS[name] = builder
-        return builder
 
-    return register
+TASKS: Registry[TaskBuilder] = Registry("RL task", ENTRY_POINT_GROUP, error=TaskError, check=_check_builder)
+_TASKS = TASKS  # the name it had when it was a dict (a read-only mapping still)
+
+
+def register_task(name: str, replace: bool = False) -> Callable[[TaskBuilder], TaskBuilder]:
+    """Decorator: register ``builder(data, max_items, **options) -> RLTask`` under ``name``; a name taken by another
+    builder is a ``TaskError`` unless ``replace``."""
+    return TASKS.register(name, replace=replace)

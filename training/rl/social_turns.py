@@ -37,6 +37,7 @@ from sotopia_env.backends.base import Backend, ChatRequest
 from sotopia_env.evaluators import run_to_completion
 from sotopia_env.kinds import PARTNER_SEAT, kind_for, validate_facts
 from sotopia_env.prompt import SOTOPIA
+from sotopia_env.specs import DEFAULT_MODEL
 from sotopia_env.training.rewards._text import completion_text
 from sotopia_env.training.rl.registry import RLTask, TaskError, register_task
 
@@ -183,7 +184,7 @@ def turn_dataset(data: str, max_items: int | None, prompt: str = SOTOPIA):
 def social_turns_task(
     data: str | None,
     max_items: int | None,
-    judge: str = "smollm2-135m",
+    judge: str = DEFAULT_MODEL,
     api_base: str | None = None,
     prompt: str = SOTOPIA,
 ) -> RLTask:

@@ -10,7 +10,8 @@ arguments, from ``task_options`` in the config) and returns an :class:`RLTask`:
   cannot be computed for a completion is ``None``, never 0: TRL leaves it out of the group baseline,
   and a completion every reward leaves ``None`` gets no advantage.
 
-Plug a new task in with ``@register_task("name")`` on a builder; ``training.rl.builtin`` registers
+Plug a new task in with ``@register_task("name")`` on a builder (or an entry point in the group
+``sotopia_env.rl_tasks``, for an installed package); ``training.rl.builtin`` registers
 ``socialiqa``, ``social_r1`` and ``item_selection``, ``training.rl.social_turns`` registers ``social_turns``.
 """
 
@@ -20,13 +21,13 @@ from typing import Any
 
 import sotopia_env.training.rl.builtin  # noqa: F401  (registers the built-in tasks)
 import sotopia_env.training.rl.social_turns  # noqa: F401
-from sotopia_env.training.rl.registry import _TASKS, RewardFunc, RLTask, TaskError, register_task
+from sotopia_env.training.rl.registry import TASKS, RewardFunc, RLTask, TaskError, register_task
 
-__all__ = ["RLTask", "RewardFunc", "TaskError", "build_task", "register_task", "task_names"]
+__all__ = ["TASKS", "RLTask", "RewardFunc", "TaskError", "build_task", "register_task", "task_names"]
 
 
 def task_names() -> list[str]:
-    return sorted(_TASKS)
+    return TASKS.names()
 
 
 def build_task(
@@ -35,9 +36,9 @@ def build_task(
     """The registered task ``name`` on ``data`` (its first ``max_items`` items if given), with ``options``."""
     import inspect
 
-    if name not in _TASKS:
-        raise TaskError(f"unknown RL task {name!r} (tasks: {', '.join(sorted(_TASKS))})")
-    builder = _TASKS[name]
+    if name not in TASKS:
+        raise TaskError(f"unknown RL task {name!r} (tasks: {', '.join(TASKS)})")
+    builder = TASKS[name]
     try:
         inspect.signature(builder).bind(data, max_items, **(options or {}))
     except TypeError as exc:
