@@ -79,15 +79,34 @@ def tiny_policy_model(tokenizer):
     return LlamaForCausalLM(config)
 
 
+def train_one_step(rollouts, rows, maker, tokenizer, tmp_path):
+    """One GRPOTrainer step on ``rows`` (two prompts of two rollouts) with ``rollout_func=rollouts``; the trainer."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    args = GRPOConfig(
+        output_dir=str(tmp_path), max_steps=1, learning_rate=1e-3, per_device_train_batch_size=4,
+        num_generations=2, max_completion_length=2048, max_tool_calling_iterations=5, beta=0.0,
+        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=tiny_policy_model(tokenizer),
+        reward_funcs=[episode_reward],
+        args=args,
+        train_dataset=rollout_dataset(rows, maker),
+        processing_class=rollouts.tokenizer,
+        rollout_func=rollouts,
+    )
+    trainer.train()
+    return trainer
+
+
 def test_a_prompt_without_its_row_is_refused(tokenizer):
     with pytest.raises(ValueError, match="rollout_dataset"):
         row_of([{"role": "system", "content": "x"}, {"role": "user", "content": ""}])
 
 
 def test_grpo_step_overlaps_partner_and_judge_calls(tokenizer, tmp_path):
-    from trl import GRPOConfig, GRPOTrainer
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     recorder = Recorder()
     with LoopbackOpenAI(recorder, request_queue_size=256) as server:
         maker = SessionMaker(api_base=server.base_url)
@@ -95,20 +114,7 @@ def test_grpo_step_overlaps_partner_and_judge_calls(tokenizer, tmp_path):
         episodes = []
         rollouts = episode_rollouts(maker, tokenizer, on_episode=lambda log, reward: episodes.append((log, reward)))
         rollouts.policy = ScriptedToolPolicy(rollouts.tokenizer, speak_call("Could we settle this together?"))
-        args = GRPOConfig(
-            output_dir=str(tmp_path), max_steps=1, learning_rate=1e-3, per_device_train_batch_size=4,
-            num_generations=2, max_completion_length=2048, max_tool_calling_iterations=5, beta=0.0,
-            logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
-        )  # fmt: skip
-        trainer = GRPOTrainer(
-            model=tiny_policy_model(tokenizer),
-            reward_funcs=[episode_reward],
-            args=args,
-            train_dataset=rollout_dataset(rows, maker),
-            processing_class=rollouts.tokenizer,
-            rollout_func=rollouts,
-        )
-        trainer.train()
+        trainer = train_one_step(rollouts, rows, maker, tokenizer, tmp_path)
 
     assert len(episodes) == 4  # one step: two rows, two rollouts each
     assert all(log is not None and len(log.turns) == 6 for log, _ in episodes)  # every move went through a tool
@@ -186,11 +192,8 @@ class SeatScores(Recorder):
 def test_self_play_through_grpo_trainer_pairs_both_seats_in_one_episode(tokenizer, tmp_path):
     """Self-play under TRL: the policy drives both seats (partner ``self``), the two seats' prompts of a batch share
     their episodes, each seat's sample carries its own rating, and TRL's groups (one per prompt) are per seat."""
-    from trl import GRPOConfig, GRPOTrainer
-
     from sotopia_env.training.seat_rows import SELF
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     recorder = SeatScores()
     with LoopbackOpenAI(recorder, request_queue_size=256) as server:
         maker = SessionMaker(api_base=server.base_url)
@@ -199,20 +202,7 @@ def test_self_play_through_grpo_trainer_pairs_both_seats_in_one_episode(tokenize
         episodes = []
         rollouts = episode_rollouts(maker, tokenizer, on_episode=lambda log, reward: episodes.append((log, reward)))
         rollouts.policy = ScriptedToolPolicy(rollouts.tokenizer, speak_call("Could we settle this together?"))
-        args = GRPOConfig(
-            output_dir=str(tmp_path), max_steps=1, learning_rate=1e-3, per_device_train_batch_size=4,
-            num_generations=2, max_completion_length=2048, max_tool_calling_iterations=5, beta=0.0,
-            logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
-        )  # fmt: skip
-        trainer = GRPOTrainer(
-            model=tiny_policy_model(tokenizer),
-            reward_funcs=[episode_reward],
-            args=args,
-            train_dataset=rollout_dataset(rows, maker),
-            processing_class=rollouts.tokenizer,
-            rollout_func=rollouts,
-        )
-        trainer.train()
+        trainer = train_one_step(rollouts, rows, maker, tokenizer, tmp_path)
 
     assert len(episodes) == 4  # four samples: two prompts (one per seat), two rollouts each
     logs = {id(log): log for log, _ in episodes}
