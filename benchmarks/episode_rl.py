@@ -80,6 +80,7 @@ GRPO_ROWS = {  # row -> (the stage it starts from, the overrides it always has)
     "sr-grpo-shuffled": ("sr", {"shuffle_rewards": True}),
 }
 SPLITS = {"dev": "verifiable:dev", "test": "verifiable:test"}
+GROUP_DEFAULTS = {"group_size": 4, "groups_per_step": 4, "resample": 4}  # EpisodeGRPOConfig's, as flags
 # what the table compares each trained row with (the stage it was trained from)
 REFERENCE = {"bc": "base", "sr": "bc", **{row: start for row, (start, _) in GRPO_ROWS.items()}}
 # rows the table also compares directly: the true reward against its control of the same compute and no signal
@@ -313,8 +314,10 @@ def train_grpo(out: Path, start: Path, args: argparse.Namespace, seed: int, over
 
     settings = {
         "max_steps": args.steps, "learning_rate": args.lr, "num_iterations": args.iterations, "beta": args.beta,
-        "save_steps": 1, "progress": False, "seed": seed,
-        "gradient_checkpointing": args.checkpointing, **overrides,
+        "save_steps": 1, "progress": False, "seed": seed, "gradient_checkpointing": args.checkpointing,
+        "group_size": args.group_size, "groups_per_step": args.groups_per_step, "max_resample_groups": args.resample,
+        "scale_rewards": "batch",  # the protocol's (episode GRPO's default was batch when it was fixed)
+        **overrides,
     }  # fmt: skip
     config = rollout_config(args, args.train_scenarios, output_dir=str(out), **settings).starting_from(str(start))
     result = train_episode_grpo(config)
@@ -418,7 +421,8 @@ def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
     keys = ("steps", "lr", "iterations", "beta", "bc_epochs", "bc_lr", "sr_samples", "max_turns", "max_new_tokens",
             "temperature", "train_scenarios", "k", "eval_seed")  # fmt: skip
     settings = {k: getattr(args, k) for k in keys}
-    for key, default in (("kinds", ""), ("bc_demos", 1)):  # kept only when set: older records keep their digest
+    for key, default in (("kinds", ""), ("bc_demos", 1), *GROUP_DEFAULTS.items()):  # kept only when set: older
+        # records keep their digest
         if getattr(args, key, default) != default:
             settings[key] = getattr(args, key)
     if row is not None:
@@ -460,9 +464,23 @@ def kind_cells(records_by_seed: dict[int | None, list[dict]], temperature: float
     )
 
 
-def main_temperature(row: Row, args: argparse.Namespace) -> float:
-    """The condition a row is compared under: its own temperature, else the training temperature (sampled)."""
+def main_temperature(row: Row, args: argparse.Namespace, chosen: dict[str, float] | None = None) -> float:
+    """The condition a row is compared under: the one dev chose for it (``chosen``: row -> temperature, from
+    ``choices.json``), else its own temperature, else the training temperature (sampled)."""
+    if chosen and row.text in chosen:
+        return chosen[row.text]
     return row.temperature if row.temperature is not None else (args.temperature if args.k else 0.0)
+
+
+def choose_temperatures(evals: dict[str, dict], args: argparse.Namespace) -> dict[str, float]:
+    """Per row evaluated under more than one condition (greedy and sampled): the temperature whose pooled mean
+    goal is highest here (on dev); test then compares every row at the temperature dev chose for it."""
+    chosen = {}
+    for text, by_seed in evals.items():
+        options = conditions(Row.parse(text), args)
+        if len(options) > 1:
+            chosen[text] = max((pooled_mean(by_seed, t), -t) for t, _ in options)[1] * -1.0
+    return chosen
 
 
 def best_bc(evals: dict[str, dict], args: argparse.Namespace) -> tuple[str, float] | None:
@@ -484,33 +502,35 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
 
     choices_file = run.folder / "choices.json"
     choices = json.loads(choices_file.read_text()) if choices_file.is_file() else {}
-    if split == "dev" and (best := best_bc(evals, args)):
-        choices["best_bc"] = list(best)
+    if split == "dev":
+        if best := best_bc(evals, args):
+            choices["best_bc"] = list(best)
+        choices["temperatures"] = {**choices.get("temperatures", {}), **choose_temperatures(evals, args)}
         choices_file.write_text(json.dumps(choices, indent=2))
-    best = choices.get("best_bc")
+    best, chosen = choices.get("best_bc"), choices.get("temperatures", {})
     where = eval_scenarios(split, args)
     print(f"## Episode RL on verifiable:{split} ({where}): seeds {args.seeds}, 1 greedy + {args.k} sampled\n")
     print(
         f"Best BC condition on dev: {best[0] + (' greedy' if best[1] == 0 else f' at T {best[1]}') if best else '-'}\n"
     )
     print(
-        "| row | split | goal, greedy | goal, sampled | sampled per seed | goal / success per kind | vs its start "
-        f"[{INTERVALS}] | vs best BC [{INTERVALS}] | zero-var groups | approx_kl | stage time | peak RSS |"
+        "| row | split | goal, greedy | goal, sampled | T dev chose | at that T, per seed | goal / success per kind | "
+        f"vs its start [{INTERVALS}] | vs best BC [{INTERVALS}] | zero-var groups | approx_kl | stage time | peak RSS |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for text, by_seed in evals.items():
         row = Row.parse(text)
-        t = main_temperature(row, args)
+        t = main_temperature(row, args, chosen)
         greedy = pooled_mean(by_seed, 0.0) if row.temperature is None else float("nan")
-        sampled = pooled_mean(by_seed, t) if t else float("nan")
-        per_seed = (
-            ", ".join(f"{pooled_mean({s: rs}, t):.2f}" for s, rs in by_seed.items() if s is not None and t) or "-"
-        )
+        hot = row.temperature if row.temperature is not None else args.temperature
+        sampled = pooled_mean(by_seed, hot) if args.k or row.temperature is not None else float("nan")
+        per_seed = ", ".join(f"{pooled_mean({s: rs}, t):.2f}" for s, rs in by_seed.items() if s is not None) or "-"
         start = REFERENCE.get(row.name)
         vs_start = vs_best = "-"
         if start and start in evals:
             ref_row = Row.parse(start)
-            vs_start = fmt_diff(both_intervals(cells(by_seed, t), cells(evals[start], main_temperature(ref_row, args))))
+            ref_t = main_temperature(ref_row, args, chosen)
+            vs_start = fmt_diff(both_intervals(cells(by_seed, t), cells(evals[start], ref_t)))
         if best and row.name in GRPO_ROWS and GRPO_ROWS[row.name][0] == "bc" and best[0] in evals:
             vs_best = fmt_diff(both_intervals(cells(by_seed, t), cells(evals[best[0]], best[1])))
         stage_rows = [run.stages.get(f"{row.stage}/seed{s}", {}) for s in by_seed if s is not None]
@@ -519,16 +539,17 @@ def print_table(split: str, evals: dict[str, dict], run: Run, args: argparse.Nam
         secs = [s["seconds"] for s in stage_rows if "seconds" in s]
         rss = [s["peak_rss_mb"] for s in stage_rows if "peak_rss_mb" in s]
         print(
-            f"| {text} | {split} | {greedy:.2f} | {sampled:.2f} | {per_seed} | {kind_cells(by_seed, t or 0.0)} | "
+            f"| {text} | {split} | {greedy:.2f} | {sampled:.2f} | {'greedy' if t == 0 else t} | {per_seed} | "
+            f"{kind_cells(by_seed, t)} | "
             f"{vs_start} | {vs_best} | {f'{statistics.fmean(zero):.2f}' if zero else '-'} | "
             f"{f'{statistics.fmean(kl):.5f}' if kl else '-'} | {f'{statistics.fmean(secs):.0f} s' if secs else '-'} | "
             f"{f'{max(rss):.0f} MiB' if rss else '-'} |".replace("nan", "-")
         )
     for mine, control in CONTRASTS:
         if mine in evals and control in evals:
-            t = main_temperature(Row.parse(mine), args)
-            diff = both_intervals(cells(evals[mine], t), cells(evals[control], t))
-            print(f"\n{mine} vs {control}, {'sampled' if t else 'greedy'} [{INTERVALS}]: {fmt_diff(diff)}")
+            t, u = (main_temperature(Row.parse(r), args, chosen) for r in (mine, control))
+            diff = both_intervals(cells(evals[mine], t), cells(evals[control], u))
+            print(f"\n{mine} (T {t}) vs {control} (T {u}) [{INTERVALS}]: {fmt_diff(diff)}")
     unrated = sum(1 for by_seed in evals.values() for rs in by_seed.values() for r in rs if r.get("unrated"))
     print(
         f"\n{unrated} unrated episodes. Settings: {args.steps} GRPO steps at lr {args.lr} ({args.iterations} optimiser "
@@ -548,6 +569,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--iterations", type=int, default=2, help="GRPO optimiser steps per batch of rollouts")
+    parser.add_argument("--group-size", type=int, default=GROUP_DEFAULTS["group_size"], help="GRPO episodes per start")
+    parser.add_argument("--groups-per-step", type=int, default=GROUP_DEFAULTS["groups_per_step"], help="starts a step")
+    parser.add_argument(
+        "--resample", type=int, default=GROUP_DEFAULTS["resample"], help="extra groups a step may play for signal"
+    )
     parser.add_argument("--beta", type=float, default=0.1, help="GRPO's KL weight towards its starting adapter")
     parser.add_argument("--k", type=int, default=8, help="sampled evaluation episodes per instance (0: greedy only)")
     parser.add_argument("--max-turns", type=int, default=6)
