@@ -35,7 +35,9 @@ def test_two_processes_train_the_same_weights_and_only_the_main_one_plays(tmp_pa
     raw["eval"] = {"enabled": False}
     raw["train"].update(max_steps=8, batch_size=2)  # per process: 4 examples a step over both
     raw["sr"]["train"] = {"max_steps": 2}
-    raw["rl"] = {**RL, "batch_size": 2}  # 2 processes x 2 completions: one group of num_generations=2 each
+    # 2 processes x 2 completions: one group of num_generations=2 each; the tiny policy earns no reward spread, so
+    # its weights move through the KL term alone (beta, 0 by default since the GRPO defaults became TRL's)
+    raw["rl"] = {**RL, "batch_size": 2, "beta": 0.04}
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(raw))
     report = tmp_path / "report"

@@ -324,11 +324,11 @@ def config() -> str:
     global BaseTrainConfig
     from sotopia_env.training.base_config import BaseTrainConfig
     from sotopia_env.training.config import PipelineConfig
-    from sotopia_env.training.trainers import _TRAINERS
+    from sotopia_env.training.trainers import TRAINERS
 
     out = ["## A pipeline config (`sotopia-env train pipeline CONFIG`)", ""]
     out += _config_table(PipelineConfig, "", {PipelineConfig: "top level"})
-    for trainer in _TRAINERS.values():
+    for trainer in TRAINERS.values():
         tasks = ", ".join(f"`{t}`" for t in trainer.task_names())
         out += [f"## {trainer.title} (`sotopia-env train run CONFIG`, `task`: {tasks})", ""]
         out += _config_table(trainer.config, "", {trainer.config: "top level"})
