@@ -161,6 +161,26 @@ class BenchmarkSpec(BaseModel):
         prompt = get_protocol(self.protocol).prompt if self.protocol is not None else None
         return {"settings": GenerationSettings(seed=self.seed), "api_base": self.api_base, "prompt": prompt}
 
+    def plan(self, library: Library, store: EpisodeStore | None = None, *, flags: bool = False) -> EpisodePlan:
+        """Its episodes (``plan.plan_episodes``): the scenarios it selects, or with ``protocol`` the character
+        pairings of SOTOPIA's episodes in ``store``, each with the model in each seat in turn."""
+        from sotopia_env.agents.rule_specs import check_rule_specs
+        from sotopia_env.episodes.jobs import benchmark_jobs, setup_versus_jobs
+        from sotopia_env.episodes.sotopia_protocol import get_protocol, protocol_setups
+
+        if self.protocol is None:
+            chosen, jobs = benchmark_jobs(
+                library, self.scenarios, self.model, self.partner, self.evaluator, self.episodes_per_scenario,
+                self.seed,
+            )  # fmt: skip
+            return EpisodePlan(self, chosen, jobs, self.evaluator)
+        if store is None:
+            raise ValueError(f"--protocol {self.protocol} reads SOTOPIA's episodes from a store; none was given")
+        setups = protocol_setups(store, get_protocol(self.protocol))
+        scenarios = list({s.scenario.id: s.scenario for s in setups}.values())
+        check_rule_specs(scenarios, [self.model, self.partner], self.evaluator)
+        return EpisodePlan(self, scenarios, setup_versus_jobs(setups, self.model, self.partner), self.evaluator)
+
 
 @dataclass
 class BenchmarkResult:

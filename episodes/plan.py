@@ -20,9 +20,9 @@ the CLI's options instead (``--agents``, not ``agents``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from sotopia_env.backends.base import GenerationSettings
     from sotopia_env.env import EnvConfig
     from sotopia_env.episode_setup import EpisodeSetup
-    from sotopia_env.episodes.benchmark import BenchmarkSpec
     from sotopia_env.episodes.runner import AgentFactory, Job
     from sotopia_env.episodes.store import EpisodeStore
     from sotopia_env.evaluators import Evaluator
@@ -57,6 +56,20 @@ def option_name(name: str, info: ValidationInfo | bool | None) -> str:
 
 class SeatsMismatch(ValueError):
     """A spec's agents fit no seat count of the scenario it plays (the message names the field)."""
+
+
+class PlannedSpec(Protocol):
+    """What the planner reads of a spec: ``RunSpec`` here, ``episodes.benchmark.BenchmarkSpec`` (which imports this
+    module, never the other way round); each plans its own episodes (``plan``)."""
+
+    evaluator: str
+    dimensions: str
+    max_turns: int
+    api_base: ModelServers | None
+
+    def agent_options(self) -> dict[str, Any]: ...
+
+    def plan(self, library: Library, store: EpisodeStore | None = None, *, flags: bool = False) -> EpisodePlan: ...
 
 
 class RunSpec(BaseModel):
@@ -119,6 +132,18 @@ class RunSpec(BaseModel):
             raise SeatsMismatch(f"{field}: {len(given)} specs for {seats} seats (give one for all, or one per seat)")
         return given
 
+    def plan(self, library: Library, store: EpisodeStore | None = None, *, flags: bool = False) -> EpisodePlan:
+        """Its one episode (``plan_episodes``; ``store`` is not read)."""
+        from sotopia_env.agents.rule_specs import check_rule_specs
+        from sotopia_env.episodes.runner import Job
+        from sotopia_env.sampler import sample_setup
+
+        setup = sample_setup(library, seed=self.seed, scenario=self.scenario)
+        specs = self.seat_specs(setup.scenario.num_agents, flags)
+        evaluator = judge_for([setup.scenario], self.evaluator)
+        check_rule_specs([setup.scenario], specs, evaluator)
+        return EpisodePlan(self, [setup.scenario], [Job(setup, specs, seed=self.seed)], evaluator)
+
     def agent_options(self) -> dict[str, Any]:
         """What its agents are built with (``agents.loading.load_agent``): chat sampling seeded by the spec."""
         from sotopia_env.agents.llm import CHAT_SETTINGS
@@ -141,7 +166,7 @@ class EpisodePlan:
     """What a spec plays: the scenarios, the jobs (a setup and one agent spec per seat each), the judge's spec, and
     the builders of its agents and judge. A ``RunSpec``'s plan has one job (``setup``, ``specs``)."""
 
-    spec: RunSpec | BenchmarkSpec
+    spec: PlannedSpec
     scenarios: list[Scenario]
     jobs: list[Job]
     evaluator: str  # the judge's spec (a game's run: ``verifiable`` unless another judge is named)
@@ -191,14 +216,14 @@ class EpisodePlan:
         return service_parties(specs, self.evaluator, lambda spec: make(spec, 0), self.judge)
 
 
-def agents_of(spec: RunSpec | BenchmarkSpec) -> AgentFactory:
+def agents_of(spec: PlannedSpec) -> AgentFactory:
     """The agents of a spec's episodes, built where they play (a Ray actor calls this itself)."""
     from sotopia_env.episodes.runner import default_agent_factory
 
     return default_agent_factory(**spec.agent_options())
 
 
-def judge_of(spec: RunSpec | BenchmarkSpec, evaluator: str | None = None) -> Evaluator | None:
+def judge_of(spec: PlannedSpec, evaluator: str | None = None) -> Evaluator | None:
     """The judge of a spec's episodes: ``evaluator`` (default: the spec's) on the spec's dimensions and servers."""
     from sotopia_env.evaluators import make_evaluator
 
@@ -229,41 +254,12 @@ def service_parties(
 
 
 def plan_episodes(
-    spec: RunSpec | BenchmarkSpec, library: Library, store: EpisodeStore | None = None, *, flags: bool = False
+    spec: PlannedSpec, library: Library, store: EpisodeStore | None = None, *, flags: bool = False
 ) -> EpisodePlan:
-    """The episodes ``spec`` asks for. A ``RunSpec``: its scenario (else one sampled by its seed, with characters
-    for its seats), its agents over the seats, the judge a game needs. A ``BenchmarkSpec``: the scenarios it
-    selects, or with ``protocol`` the character pairings of SOTOPIA's episodes in ``store``, each with the model
-    in each seat in turn. Raises a ``ValueError`` with one line when there is nothing to play: ``LibraryError``
-    (an unknown scenario), ``NoEligibleCharacters``, ``SeatsMismatch``, ``AgentSpecError`` (a rule agent where it
-    cannot play), ``ProtocolNotImported``. ``flags``: messages name the CLI's options."""
-    from sotopia_env.agents.rule_specs import check_rule_specs
-
-    if isinstance(spec, RunSpec):
-        from sotopia_env.episodes.runner import Job
-        from sotopia_env.sampler import sample_setup
-
-        setup = sample_setup(library, seed=spec.seed, scenario=spec.scenario)
-        specs = spec.seat_specs(setup.scenario.num_agents, flags)
-        evaluator = judge_for([setup.scenario], spec.evaluator)
-        check_rule_specs([setup.scenario], specs, evaluator)
-        return EpisodePlan(spec, [setup.scenario], [Job(setup, specs, seed=spec.seed)], evaluator)
-    return _benchmark_plan(spec, library, store)
-
-
-def _benchmark_plan(spec: BenchmarkSpec, library: Library, store: EpisodeStore | None) -> EpisodePlan:
-    from sotopia_env.agents.rule_specs import check_rule_specs
-    from sotopia_env.episodes.jobs import benchmark_jobs, setup_versus_jobs
-    from sotopia_env.episodes.sotopia_protocol import get_protocol, protocol_setups
-
-    if spec.protocol is None:
-        chosen, jobs = benchmark_jobs(
-            library, spec.scenarios, spec.model, spec.partner, spec.evaluator, spec.episodes_per_scenario, spec.seed
-        )
-        return EpisodePlan(spec, chosen, jobs, spec.evaluator)
-    if store is None:
-        raise ValueError(f"--protocol {spec.protocol} reads SOTOPIA's episodes from a store; none was given")
-    setups = protocol_setups(store, get_protocol(spec.protocol))
-    scenarios: Sequence[Scenario] = list({s.scenario.id: s.scenario for s in setups}.values())
-    check_rule_specs(scenarios, [spec.model, spec.partner], spec.evaluator)
-    return EpisodePlan(spec, list(scenarios), setup_versus_jobs(setups, spec.model, spec.partner), spec.evaluator)
+    """The episodes ``spec`` asks for (``spec.plan``). A ``RunSpec``: its scenario (else one sampled by its seed,
+    with characters for its seats), its agents over the seats, the judge a game needs. A ``BenchmarkSpec``: the
+    scenarios it selects, or with ``protocol`` the character pairings of SOTOPIA's episodes in ``store``, each with
+    the model in each seat in turn. Raises a ``ValueError`` with one line when there is nothing to play:
+    ``LibraryError`` (an unknown scenario), ``NoEligibleCharacters``, ``SeatsMismatch``, ``AgentSpecError`` (a rule
+    agent where it cannot play), ``ProtocolNotImported``. ``flags``: messages name the CLI's options."""
+    return spec.plan(library, store, flags=flags)
