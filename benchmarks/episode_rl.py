@@ -80,7 +80,19 @@ GRPO_ROWS = {  # row -> (the stage it starts from, the overrides it always has)
     "sr-grpo-shuffled": ("sr", {"shuffle_rewards": True}),
 }
 SPLITS = {"dev": "verifiable:dev", "test": "verifiable:test"}
-GROUP_DEFAULTS = {"group_size": 4, "groups_per_step": 4, "resample": 4}  # EpisodeGRPOConfig's, as flags
+GROUP_FLAGS = {"group_size": "group_size", "groups_per_step": "groups_per_step", "resample": "max_resample_groups"}
+
+
+def group_defaults() -> dict[str, int]:
+    """The GRPO group sizes' flags (``GROUP_FLAGS``: flag -> ``EpisodeGRPOConfig`` field) at the config's defaults."""
+    from dataclasses import fields
+
+    from sotopia_env.training.episode_grpo import EpisodeGRPOConfig
+
+    default = {f.name: f.default for f in fields(EpisodeGRPOConfig)}
+    return {flag: default[name] for flag, name in GROUP_FLAGS.items()}
+
+
 # what the table compares each trained row with (the stage it was trained from)
 REFERENCE = {"bc": "base", "sr": "bc", **{row: start for row, (start, _) in GRPO_ROWS.items()}}
 # rows the table also compares directly: the true reward against its control of the same compute and no signal
@@ -421,7 +433,7 @@ def settings_of(args: argparse.Namespace, row: Row | None = None) -> dict:
     keys = ("steps", "lr", "iterations", "beta", "bc_epochs", "bc_lr", "sr_samples", "max_turns", "max_new_tokens",
             "temperature", "train_scenarios", "k", "eval_seed")  # fmt: skip
     settings = {k: getattr(args, k) for k in keys}
-    for key, default in (("kinds", ""), ("bc_demos", 1), *GROUP_DEFAULTS.items()):  # kept only when set: older
+    for key, default in (("kinds", ""), ("bc_demos", 1), *group_defaults().items()):  # kept only when set: older
         # records keep their digest
         if getattr(args, key, default) != default:
             settings[key] = getattr(args, key)
@@ -479,7 +491,8 @@ def choose_temperatures(evals: dict[str, dict], args: argparse.Namespace) -> dic
     for text, by_seed in evals.items():
         options = conditions(Row.parse(text), args)
         if len(options) > 1:
-            chosen[text] = max((pooled_mean(by_seed, t), -t) for t, _ in options)[1] * -1.0
+            temperatures = [t for t, _ in options]
+            chosen[text] = max(temperatures, key=lambda t: (pooled_mean(by_seed, t), -t))  # a tie: the cooler
     return chosen
 
 
@@ -569,11 +582,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--iterations", type=int, default=2, help="GRPO optimiser steps per batch of rollouts")
-    parser.add_argument("--group-size", type=int, default=GROUP_DEFAULTS["group_size"], help="GRPO episodes per start")
-    parser.add_argument("--groups-per-step", type=int, default=GROUP_DEFAULTS["groups_per_step"], help="starts a step")
-    parser.add_argument(
-        "--resample", type=int, default=GROUP_DEFAULTS["resample"], help="extra groups a step may play for signal"
-    )
+    groups = group_defaults()
+    parser.add_argument("--group-size", type=int, default=groups["group_size"], help="GRPO episodes per start")
+    parser.add_argument("--groups-per-step", type=int, default=groups["groups_per_step"], help="starts a step")
+    parser.add_argument("--resample", type=int, default=groups["resample"], help="extra groups a step may play")
     parser.add_argument("--beta", type=float, default=0.1, help="GRPO's KL weight towards its starting adapter")
     parser.add_argument("--k", type=int, default=8, help="sampled evaluation episodes per instance (0: greedy only)")
     parser.add_argument("--max-turns", type=int, default=6)

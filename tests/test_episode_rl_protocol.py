@@ -220,7 +220,9 @@ def test_grpo_is_compared_with_its_shuffled_control_directly(tmp_path, monkeypat
     argv = ["episode_rl.py", "--keep", str(tmp_path), "--split", "dev", "--seeds", "0,1", "--k", "1"]
     monkeypatch.setattr(sys, "argv", [*argv, "--rows", "bc,grpo,grpo-shuffled"])
     episode_rl.main()
-    contrast = "grpo (T 0.0) vs grpo-shuffled (T 0.0) [95% nested; seed t]: +3.50 [+3.00, +4.00]; t [+3.50, +3.50] (2x2)"
+    contrast = (
+        "grpo (T 0.0) vs grpo-shuffled (T 0.0) [95% nested; seed t]: +3.50 [+3.00, +4.00]; t [+3.50, +3.50] (2x2)"
+    )
     assert contrast in capsys.readouterr().out
 
     monkeypatch.setattr(sys, "argv", [*argv, "--rows", "bc,grpo"])  # without its control, no contrast is printed

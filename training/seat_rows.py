@@ -176,7 +176,7 @@ class SessionMaker:
             driven,
             partners,
             self.judge(row.evaluator),
-            EnvConfig(max_turns=row.max_turns),
+            config=EnvConfig(max_turns=row.max_turns),
             seed=row.seed,
             specs=["policy" if spec == SELF else spec for spec in specs],
             dense_reward=row.dense_reward,

@@ -139,16 +139,12 @@ class SeatSession:
         seats: Sequence[int],
         partners: Sequence[Agent],
         evaluator: Evaluator | None,
-        config: EnvConfig | None = None,
-        seed: int | None = None,
-        specs: Sequence[str] | None = None,
-        dense_reward: float = 0.0,
-        max_retries: int = MAX_RETRIES,
-        prompt: str = SOTOPIA,
+        **settings: Any,
     ) -> list[SeatSession]:
         """One session per seat in ``seats`` (in that order), all in one episode: the caller drives each of them
-        (self-play), ``partners`` the other seats (in seat order). Each session sees, is refused and is rated as a
-        lone session in its seat would be; the episode moves on when the seat whose turn it is moves."""
+        (self-play), ``partners`` the other seats (in seat order); ``settings`` are every session's (``config``,
+        ``seed``, ``specs``, ``dense_reward``, ``max_retries``, ``prompt``). Each session sees, is refused and is
+        rated as a lone session in its seat would be; the episode moves on when the seat whose turn it is moves."""
         n = setup.scenario.num_agents
         if len(set(seats)) != len(seats) or not seats:
             raise ValueError(f"scenario {setup.scenario.id!r}: driven seats {list(seats)} must be distinct, at least 1")
@@ -157,9 +153,8 @@ class SeatSession:
                 f"scenario {setup.scenario.id!r} needs {n - len(seats)} partner(s) beside {len(seats)} driven "
                 f"seat(s), got {len(partners)}"
             )
-        placeholders = [cast(Agent, None)] * (n - 1)
-        settings = dict(config=config, seed=seed, specs=specs, dense_reward=dense_reward, max_retries=max_retries)
-        sessions = [cls(setup, s, placeholders, evaluator, prompt=prompt, **settings) for s in seats]
+        placeholders = [cast(Agent, None)] * (n - 1)  # each session's own episode, replaced by the shared one below
+        sessions = [cls(setup, s, placeholders, evaluator, **settings) for s in seats]
         driven = {session.seat: session.driven for session in sessions}
         others = iter(partners)
         episode = _Episode([driven[s] if s in driven else next(others) for s in range(n)])
@@ -241,22 +236,19 @@ class SeatSession:
     async def _next(self) -> SeatTurn:
         """The seat's next observation: at its next move, or once ``play`` has ended and rated the episode."""
         assert self._task is not None
-        asked = asyncio.ensure_future(self.driven.asked.get())
-        await asyncio.wait({asked, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if asked.done():
-            observation = asked.result()
-            messages = render_prompt(observation, self.prompt)
-            tail = _user_tail(render_prompt(observation, SOTOPIA))  # whose move it is, whichever the prompt
-            self.turn = SeatTurn(messages, self._news(observation, tail), observation)
-            return self.turn
-        asked.cancel()
         try:
-            self.log = self._task.result()
+            observation = await self.driven.next(self._task)
         except Exception as exc:  # a partner or judge that broke the episode: unrated, reported
             observation = self.turn.observation if self.turn is not None else self._final_observation([])
             error = f"the episode could not be played: {type(exc).__name__}: {exc}"
             self.turn = SeatTurn(render_prompt(observation, self.prompt), error, observation, True, error)
             return self.turn
+        if observation is not None:
+            messages = render_prompt(observation, self.prompt)
+            tail = _user_tail(render_prompt(observation, SOTOPIA))  # whose move it is, whichever the prompt
+            self.turn = SeatTurn(messages, self._news(observation, tail), observation)
+            return self.turn
+        self.log = self._task.result()
         observation = self._final_observation(self.log.turns)
         reason = self.log.termination_reason
         reward = episode_reward(self.log, self.seat, self.config.reward_dimension, dense_reward=self.dense_reward)

@@ -167,7 +167,7 @@ class EpisodeRollouts:
         samples = [sample for episode in episodes for sample in episode]
         try:
             for sample in samples:
-                sample.pending = self.loop.submit(self._begin(sample))
+                sample.pending = self.loop.submit(sample.session.start())
             while any(sample.live for sample in samples):
                 ready = self._settle(episodes, budget)
                 if not ready:
@@ -201,7 +201,10 @@ class EpisodeRollouts:
             if SELF not in row.partners:
                 episodes.append([_Sample(self.maker.open(row), index=index)])
                 continue
-            start = json.dumps([row.model_dump(exclude={"seat", "partners"}), sorted(row.partners)], sort_keys=True)
+            # rows of one start: equal but for their seat, each seat played by the same spec (one partner spec
+            # covers every other seat; a list names each seat's, so the row's own seat is put in as SELF)
+            seats = [SELF] if len(row.partners) == 1 else row.seat_specs(len(row.partners) + 1)
+            start = json.dumps([row.model_dump(exclude={"seat", "partners"}), seats], sort_keys=True)
             slots = waiting.setdefault(start, [])
             free = next((slot for slot in slots if row.seat not in slot), None)
             if free is None:
@@ -277,11 +280,8 @@ class EpisodeRollouts:
             self.on_episode(log, reward)
         return reward
 
-    # Each sample's own work (its setup, its move) runs in its coroutine on the background loop, so one sample's
-    # CPU work overlaps the other samples' partner and judge calls in flight.
-
-    async def _begin(self, sample: _Sample) -> SeatTurn:
-        return await sample.session.start()
+    # Each sample's start and moves run on the background loop, so one sample's work there overlaps the other
+    # samples' partner and judge calls in flight.
 
     async def _move(self, sample: _Sample, call: dict[str, Any]) -> SeatTurn:
         kind, text = ACTION_OF_TOOL[call["name"]]
